@@ -1,0 +1,26 @@
+"""Cell ids (DESIGN 3.2): readable, stable, one per distinct setting of the study."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+def value_token(value: Any) -> str:
+    """A setting's value as it appears in an id: booleans as 0/1, floats without a dot."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return format(value, "g").replace(".", "p").replace("-", "m").replace("+", "")
+    return str(value)
+
+
+def base_id(spec: dict[str, Any]) -> str:
+    return "{dataset}-{model}-{mode}-g{gpus}-b{batch}-{backend}".format(**spec)
+
+
+def cell_id(spec: dict[str, Any], varied: Iterable[str] = (), repeats: int = 1) -> str:
+    """base id, then -{key}{value} for every other varied key (sorted), then -r{k} with repeats."""
+    parts = [base_id(spec)]
+    parts += [f"{key}{value_token(spec[key])}" for key in sorted(set(varied) - {"dataset", "model", "mode", "gpus", "batch", "backend"})]
+    if repeats > 1:
+        parts.append(f"r{spec['repeat']}")
+    return "-".join(parts)

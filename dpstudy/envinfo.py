@@ -1,0 +1,70 @@
+"""The environment a record was measured in (DESIGN 3.3 `env`)."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from functools import cache
+
+import torch
+
+from dpstudy.provenance import code_version
+
+
+@cache
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_names() -> list[str]:
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def driver_version() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVIDIA driver, or NVML missing: nothing to report
+        return None
+
+
+def nccl_version() -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception:
+        return None
+
+
+def environment(world_size: int, device: str, threads: int) -> dict:
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "nccl": nccl_version(),
+        "python": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "cpu": cpu_name(),
+        "cpu_count": len(os.sched_getaffinity(0)),
+        "gpus": gpu_names(),
+        "driver": driver_version(),
+        "world_size": world_size,
+        "device": device,
+        "threads_per_process": threads,
+        "code_version": code_version(),
+    }

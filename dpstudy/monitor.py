@@ -1,0 +1,72 @@
+"""Memory peaks and GPU utilisation sampling."""
+from __future__ import annotations
+
+import resource
+import threading
+import time
+
+import torch
+
+
+def peak_memory_mb(devices: list[int]) -> list[float]:
+    """CUDA max allocated per driven device, else this process's peak RSS."""
+    if devices:
+        return [torch.cuda.max_memory_allocated(i) / 2**20 for i in devices]
+    return [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]  # Linux reports KiB
+
+
+def reset_peaks(devices: list[int]) -> None:
+    for i in devices:
+        torch.cuda.reset_peak_memory_stats(i)
+
+
+class UtilSampler:
+    """A thread that samples NVML utilisation and memory of the given CUDA devices.
+
+    NVML numbers devices differently from CUDA (and CUDA_VISIBLE_DEVICES renumbers them), so
+    devices are matched by UUID.
+    """
+
+    def __init__(self, devices: list[int], interval_s: float = 0.5):
+        self.devices, self.interval_s = devices, interval_s
+        self.samples: dict[str, list[dict]] = {str(i): [] for i in devices}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handles: list = []
+
+    def start(self) -> "UtilSampler":
+        if not self.devices:
+            return self
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handles = [
+                pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(i).uuid}")
+                for i in self.devices
+            ]
+        except Exception as e:  # no NVML: the record simply has no utilisation
+            print(f"[dpstudy] GPU utilisation not sampled: {e}", flush=True)
+            return self
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import pynvml
+
+        while not self._stop.wait(self.interval_s):
+            t = time.perf_counter() - self._t0
+            for i, handle in zip(self.devices, self._handles):
+                rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                self.samples[str(i)].append({"t": round(t, 3), "gpu_util": rates.gpu,
+                                             "mem_util": rates.memory, "mem_mb": memory.used / 2**20})
+
+    def stop(self) -> dict[str, list[dict]] | None:
+        if self._thread is None:
+            return None
+        self._stop.set()
+        self._thread.join()
+        return self.samples

@@ -1,0 +1,147 @@
+"""The three modes behind one small interface: where the model lives and how ranks agree.
+
+`plan()` decides, before any process group exists, whether this hardware can run the cell at
+all; a cell it cannot run is skipped with the reason rather than faked.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from dpstudy.loaders import Shard
+
+
+class Skip(Exception):
+    """The hardware cannot run this cell; the message is the reason recorded."""
+
+
+@dataclass
+class Parallel:
+    mode: str
+    device: torch.device
+    gpus: int
+    backend: str = "none"
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    initialized: bool = field(default=False, repr=False)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def shard(self) -> Shard:
+        return Shard(self.rank, self.world_size)
+
+    def devices(self) -> list[int]:
+        """CUDA device indices this process drives (DP drives several)."""
+        if self.device.type != "cuda":
+            return []
+        return list(range(self.gpus)) if self.mode == "dp" else [self.device.index or 0]
+
+    def start(self) -> None:
+        if self.mode != "ddp":
+            return
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        # torchrun provides MASTER_ADDR/PORT, RANK and WORLD_SIZE; a bare single process does not.
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        kwargs = {"device_id": self.device} if self.backend == "nccl" else {}
+        dist.init_process_group(self.backend, rank=self.rank, world_size=self.world_size, **kwargs)
+        self.initialized = True
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        if self.mode == "dp":
+            return nn.DataParallel(model, device_ids=self.devices())
+        if self.mode == "ddp":
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        return model
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self.initialized:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def all_gather_floats(self, values: list[float]) -> list[float]:
+        """Every rank's list, concatenated in rank order."""
+        if not self.initialized:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.comm_device())
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(out, t)
+        return [v for part in out for v in part.tolist()]
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Give every rank rank 0's BatchNorm statistics before evaluating."""
+        if self.initialized:
+            for buffer in model.buffers():
+                dist.broadcast(buffer, src=0)
+
+    def comm_device(self) -> torch.device:
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    def synchronize(self) -> None:
+        for index in self.devices():
+            torch.cuda.synchronize(index)
+
+    def close(self) -> None:
+        if self.initialized:
+            dist.destroy_process_group()
+            self.initialized = False
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' becomes cuda when a GPU is visible, else cpu."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def plan(spec: dict, env: dict[str, str] | None = None) -> Parallel:
+    """The Parallel for this process, or Skip with the reason the hardware cannot run the cell."""
+    env = os.environ if env is None else env
+    mode, gpus, backend = spec["mode"], spec["gpus"], spec["backend"]
+    device_type = resolve_device(spec["device"])
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device_type == "cuda" and visible == 0:
+        raise Skip("device 'cuda' was requested but no CUDA device is visible")
+    if mode == "dp" and device_type != "cuda":
+        raise Skip("mode dp needs CUDA: nn.DataParallel splits batches over GPUs only")
+    if backend == "nccl" and device_type != "cuda":
+        raise Skip("backend nccl needs CUDA GPUs; on CPU only gloo runs")
+    if device_type == "cuda" and gpus > visible:
+        raise Skip(f"the cell needs {gpus} GPUs but {visible} are visible")
+
+    world = int(env.get("WORLD_SIZE", "1"))
+    if mode != "ddp":
+        if world != 1:
+            raise Skip(f"mode {mode} runs as one process, but was launched with world size {world}")
+        return Parallel(mode, torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu"), gpus)
+    if world != gpus:
+        raise Skip(f"world size {world} does not match gpus {gpus} "
+                   f"(launch with torchrun --nproc-per-node={gpus})")
+    local_rank = int(env.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
+    return Parallel(mode, device, gpus, backend, rank=int(env.get("RANK", "0")), world_size=world,
+                    local_rank=local_rank, local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))))
+
+
+def threads_per_process(total_cores: int, local_world_size: int) -> int:
+    """Processes of one job share its cores instead of each taking them all."""
+    return max(1, total_cores // local_world_size)

@@ -1,0 +1,103 @@
+"""record.json (DESIGN 3.3): the schema every stage reads, and atomic writing.
+
+A record exists only when finished: it is written to a temporary file in the same folder and
+renamed into place, so a killed job never leaves a half-written record behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+SCHEMA_ID = "dpstudy.record/1"
+STATUSES = ("ok", "oom", "skipped", "failed")
+
+_number = {"type": "number"}
+_maybe_number = {"type": ["number", "null"]}
+
+EPOCH_FIELDS = {
+    "epoch": {"type": "integer", "minimum": 1},
+    "train_loss": _number,
+    "train_acc": _number,
+    "test_loss": _number,
+    "test_acc": _number,
+    "wall_s": _number,  # training part of the epoch, clocks read after a device synchronize
+    "eval_s": _number,  # evaluation of the whole test set
+    "data_wait_s": _number,  # blocked waiting for the next batch
+    "compute_s": _number,  # wall_s - data_wait_s
+    "samples": {"type": "integer"},  # training samples processed, all ranks together
+    "samples_per_s": _number,
+    "peak_mem_mb": {"type": "array", "items": _number},  # one per rank (DP: per device)
+}
+
+SUMMARY_FIELDS = {
+    "final_test_acc": _maybe_number,
+    "median_epoch_s": _maybe_number,  # epochs >= 2 when there are several
+    "samples_per_s": _maybe_number,
+    "startup_s": _maybe_number,  # process start to the first epoch
+    "total_s": _maybe_number,  # process start to the record
+}
+
+RECORD_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["schema", "cell", "status", "reason", "spec", "env", "epochs", "summary"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "cell": {"type": "string"},
+        "status": {"enum": list(STATUSES)},
+        "reason": {"type": ["string", "null"]},
+        "spec": {"type": "object"},
+        "env": {
+            "type": "object",
+            "required": ["torch", "python", "hostname", "world_size", "code_version"],
+        },
+        "epochs": {
+            "type": "array",
+            "items": {"type": "object", "required": list(EPOCH_FIELDS), "properties": EPOCH_FIELDS},
+        },
+        "summary": {"type": "object", "required": list(SUMMARY_FIELDS), "properties": SUMMARY_FIELDS},
+        "util": {"type": ["object", "null"]},
+    },
+}
+
+
+def validate(record: dict[str, Any]) -> None:
+    Draft202012Validator(RECORD_SCHEMA).validate(record)
+
+
+def empty_summary() -> dict[str, Any]:
+    return {key: None for key in SUMMARY_FIELDS}
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON so that `path` is either absent, the old file, or the complete new file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write(path: str | Path, record: dict[str, Any]) -> None:
+    validate(record)
+    write_json_atomic(path, record)
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    with open(path) as f:
+        record = json.load(f)
+    validate(record)
+    return record

@@ -1,0 +1,62 @@
+"""The study schema (config/schema.yaml): loading, validation with readable errors, defaults."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    """Bad user input (a study config or a cell spec); the message names the key and value."""
+
+
+@functools.cache
+def schema() -> dict:
+    with open(SCHEMA_PATH) as f:
+        return yaml.safe_load(f)
+
+
+def validator(ref: str | None = None) -> Draft202012Validator:
+    """A validator for the whole schema, or for one of its $defs (e.g. ref='spec')."""
+    root = schema()
+    target = {"$ref": f"#/$defs/{ref}", "$defs": root["$defs"]} if ref else root
+    return Draft202012Validator(target)
+
+
+def check(instance: Any, ref: str | None = None, where: str = "") -> None:
+    """Raise ConfigError naming the offending key path when `instance` breaks the schema."""
+    errors = list(validator(ref).iter_errors(instance))
+    if not errors:
+        return
+    error = best_match(errors)
+    path = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        raise ConfigError(f"{where}unknown key {', '.join(map(repr, unknown))} at {path}")
+    raise ConfigError(f"{where}{path}: {error.message}")
+
+
+def resolve(node: dict) -> dict:
+    """Follow local $refs (#/$defs/...) until a node without one."""
+    while "$ref" in node:
+        target: Any = schema()
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def defaults(ref: str) -> dict:
+    """{key: default} for every property of $defs/<ref> that documents one."""
+    properties = schema()["$defs"][ref]["properties"]
+    return {k: resolve(v)["default"] for k, v in properties.items() if "default" in resolve(v)}
+
+
+def property_names(ref: str) -> list[str]:
+    return list(schema()["$defs"][ref]["properties"])

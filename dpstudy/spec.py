@@ -1,0 +1,78 @@
+"""A cell spec: the complete settings one training run takes (DESIGN 3.1/3.2).
+
+`load_spec` accepts inline JSON or a path, rejects unknown keys and bad values with an error
+naming the key, fills the documented defaults from config/schema.yaml and checks the rules that
+JSON Schema cannot express (registries, backend per mode, batch divisibility).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dpstudy import schema
+from dpstudy.schema import ConfigError
+
+GRID_KEYS = ("dataset", "model", "mode", "gpus", "batch", "backend")
+
+
+def load_spec(text_or_path: str) -> dict[str, Any]:
+    """Parse a SPEC argument: a JSON object inline, or the path of a JSON file."""
+    text = text_or_path.strip()
+    if not text.startswith("{"):
+        path = Path(text_or_path)
+        if not path.is_file():
+            raise ConfigError(f"spec {text_or_path!r} is neither a JSON object nor a file")
+        text = path.read_text()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"spec is not valid JSON: {e}") from None
+    return complete(raw)
+
+
+def complete(raw: dict[str, Any], where: str = "spec: ") -> dict[str, Any]:
+    """Validate a spec and return it with every default filled in, keys sorted."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}expected a JSON object, got {type(raw).__name__}")
+    schema.check(raw, "spec", where)
+    spec = {**schema.defaults("spec"), **raw}
+    check_rules(spec, where)
+    return dict(sorted(spec.items()))
+
+
+def check_rules(cell: dict[str, Any], where: str = "") -> None:
+    """The cross-key rules of a cell; `where` prefixes the message (e.g. the sweep's name)."""
+    from dpstudy.data import DATASETS
+    from dpstudy.models import MODELS
+
+    if cell["dataset"] not in DATASETS:
+        raise ConfigError(f"{where}dataset {cell['dataset']!r} is not one of {sorted(DATASETS)}")
+    if cell["model"] not in MODELS:
+        raise ConfigError(f"{where}model {cell['model']!r} is not one of {sorted(MODELS)}")
+    mode, gpus, backend = cell["mode"], cell["gpus"], cell["backend"]
+    if mode == "single" and gpus != 1:
+        raise ConfigError(f"{where}mode 'single' needs gpus 1, got gpus {gpus}")
+    if mode in ("single", "dp") and backend != "none":
+        raise ConfigError(f"{where}mode {mode!r} takes backend 'none', got backend {backend!r}")
+    if mode == "ddp" and backend == "none":
+        raise ConfigError(f"{where}mode 'ddp' needs backend 'nccl' or 'gloo', got backend 'none'")
+    if cell.get("batch_scope") == "global" and cell["batch"] % gpus:
+        raise ConfigError(
+            f"{where}batch {cell['batch']} is not divisible by gpus {gpus} under batch_scope 'global'"
+        )
+    if cell.get("workers", 0) and cell.get("loader") != "torch":
+        raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
+
+
+def per_device_batch(spec: dict[str, Any]) -> int:
+    """Samples each device sees per step."""
+    return spec["batch"] // spec["gpus"] if spec["batch_scope"] == "global" else spec["batch"]
+
+
+def global_batch(spec: dict[str, Any]) -> int:
+    return per_device_batch(spec) * spec["gpus"]
+
+
+def scaled_lr(spec: dict[str, Any]) -> float:
+    return spec["lr"] * spec["gpus"] if spec["lr_scaling"] == "linear" else spec["lr"]

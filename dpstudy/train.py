@@ -1,0 +1,218 @@
+"""Train one cell: the Trainer (shaped like pytorch/examples' multigpu_torchrun) and `run`."""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dpstudy import data, models, spec as specs
+from dpstudy.envinfo import environment
+from dpstudy.loaders import make_loader
+from dpstudy.monitor import UtilSampler, peak_memory_mb, reset_peaks
+from dpstudy.outcome import Outcome
+from dpstudy.parallel import Parallel, Skip, plan, threads_per_process
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Trainer:
+    def __init__(self, spec: dict, par: Parallel, train_data, test_data, model: nn.Module, log=print):
+        self.spec, self.par, self.log = spec, par, log
+        self.train_data, self.test_data = train_data, test_data
+        self.model = par.wrap(model)
+        params = self.model.parameters()
+        lr = specs.scaled_lr(spec)
+        self.optimizer = (
+            torch.optim.SGD(params, lr=lr, momentum=spec["momentum"], weight_decay=spec["weight_decay"])
+            if spec["optimizer"] == "sgd" else torch.optim.Adam(params, lr=lr, weight_decay=spec["weight_decay"])
+        )
+        self.amp_dtype = AMP_DTYPES.get(spec["precision"])
+        self.scaler = torch.amp.GradScaler(par.device.type, enabled=spec["precision"] == "fp16")
+        self.fault = injected_fault(par.rank)
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.par.device.type, dtype=self.amp_dtype)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            logits = self.model(x)
+            loss = F.cross_entropy(logits, y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach() * len(y), (logits.argmax(1) == y).sum()
+
+    def train_epoch(self, epoch: int) -> dict:
+        self.model.train()
+        self.train_data.set_epoch(epoch)
+        totals = torch.zeros(3, dtype=torch.float64, device=self.par.device)  # loss sum, correct, samples
+        data_wait, steps = 0.0, 0
+        self.par.synchronize()
+        start = time.perf_counter()
+        batches = iter(self.train_data)
+        while True:
+            before = time.perf_counter()
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
+            data_wait += time.perf_counter() - before
+            steps += 1
+            self.fault(epoch, steps)
+            loss_sum, correct = self.step(x, y)
+            totals += torch.stack([loss_sum.double(), correct.double(), torch.tensor(len(y), device=totals.device, dtype=torch.float64)])
+        self.par.synchronize()
+        wall = time.perf_counter() - start
+        loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
+        return {"train_loss": loss_sum / samples, "train_acc": correct / samples, "wall_s": wall,
+                "data_wait_s": data_wait, "compute_s": wall - data_wait, "samples": int(samples),
+                "samples_per_s": samples / wall}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """The whole test set exactly once: ranks take disjoint shards, sums are all-reduced."""
+        module = self.model.module if isinstance(self.model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else self.model
+        self.par.sync_buffers(module)
+        model = self.model if self.par.mode == "dp" else module
+        model.eval()
+        totals = torch.zeros(3, dtype=torch.float64, device=self.par.device)
+        self.par.synchronize()
+        start = time.perf_counter()
+        for x, y in self.test_data:
+            with self.autocast():
+                logits = model(x)
+            loss = F.cross_entropy(logits.float(), y, reduction="sum")
+            totals += torch.stack([loss.double(), (logits.argmax(1) == y).sum().double(),
+                                   torch.tensor(len(y), device=totals.device, dtype=torch.float64)])
+        self.par.synchronize()
+        seconds = time.perf_counter() - start
+        loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
+        return {"test_loss": loss_sum / samples, "test_acc": correct / samples, "eval_s": seconds}
+
+    def comm(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.par.comm_device())
+
+    def run(self, on_epoch) -> None:
+        devices = self.par.devices()
+        for epoch in range(1, self.spec["epochs"] + 1):
+            reset_peaks(devices)
+            result = {"epoch": epoch, **self.train_epoch(epoch), **self.evaluate()}
+            result["peak_mem_mb"] = self.par.all_gather_floats(peak_memory_mb(devices))
+            on_epoch(result)
+            self.log(progress_line(result, self.spec["epochs"]))
+
+
+def progress_line(e: dict, epochs: int) -> str:
+    return (f"epoch {e['epoch']}/{epochs} train_loss {e['train_loss']:.4f} train_acc {e['train_acc']:.2%} "
+            f"test_loss {e['test_loss']:.4f} test_acc {e['test_acc']:.2%} wall {e['wall_s']:.2f}s "
+            f"data_wait {e['data_wait_s']:.2f}s {e['samples_per_s']:.0f} samples/s")
+
+
+def injected_fault(rank: int):
+    """Tests make one rank fail on purpose: DPSTUDY_INJECT_FAULT='oom|error:RANK:EPOCH:STEP'."""
+    setting = os.environ.get("DPSTUDY_INJECT_FAULT")
+    if not setting:
+        return lambda epoch, step: None
+    kind, at_rank, at_epoch, at_step = setting.split(":")
+
+    def maybe_raise(epoch: int, step: int) -> None:
+        if (rank, epoch, step) == (int(at_rank), int(at_epoch), int(at_step)):
+            if kind == "oom":
+                raise torch.OutOfMemoryError(f"injected out-of-memory on rank {rank}")
+            raise RuntimeError(f"injected error on rank {rank}")
+
+    return maybe_raise
+
+
+def load_datasets(spec: dict, par: Parallel):
+    root, name = spec["data_root"], spec["dataset"]
+    if not data.is_ready(name, root):
+        if not data.DATASETS[name].generated:
+            raise data.DatasetError(
+                f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
+                f"or `python scripts/prepare_data.py {name} --root {root}` first")
+        if par.is_main:
+            data.prepare(name, root)
+        if par.world_size > 1:
+            wait_until(lambda: data.is_ready(name, root), f"dataset {name} prepared by rank 0")
+    meta = data.load_meta(name, root)
+    common = dict(shard=par.shard, seed=effective_seed(spec), augment=spec["augment"], mean=meta["mean"],
+                  std=meta["std"], device=par.device, channels_last=spec["channels_last"])
+    batch = specs.per_device_batch(spec) if par.mode == "ddp" else specs.global_batch(spec)
+    loaders = [
+        make_loader(spec["loader"], *data.load_split(name, root, split), batch=batch, train=split == "train",
+                    workers=spec["workers"], **common)
+        for split in ("train", "test")
+    ]
+    return meta, loaders
+
+
+def wait_until(condition, what: str, timeout_s: float = 600) -> None:
+    deadline = time.time() + timeout_s
+    while not condition():
+        if time.time() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def effective_seed(spec: dict) -> int:
+    return spec["seed"] + 1000 * spec["repeat"]
+
+
+def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
+    """Train the cell and write out_dir/record.json; returns the process exit code."""
+    outcome = Outcome(out_dir, cell, spec, t0)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        outcome.clear_previous()
+    try:
+        par = plan(spec)
+    except Skip as skip:
+        threads = threads_per_process(cores, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        outcome.env = environment(world, resolve_type(spec), threads)
+        if rank == 0:
+            print(f"[dpstudy] skipped: {skip}", flush=True)
+            outcome.write("skipped", str(skip))
+        return 0
+    threads = threads_per_process(cores, par.local_world_size) if par.device.type == "cpu" else torch.get_num_threads()
+    torch.set_num_threads(threads)
+    outcome.env = environment(par.world_size, par.device.type, threads)
+    sampler = None
+    try:
+        par.start()
+        if par.world_size > 1:
+            outcome.watch(par.rank)
+        torch.manual_seed(effective_seed(spec))
+        meta, (train_data, test_data) = load_datasets(spec, par)
+        channels, size = meta["shape"][0], meta["shape"][1]
+        model = models.build(spec["model"], channels, size, len(meta["classes"])).to(par.device)
+        if spec["channels_last"]:
+            model = model.to(memory_format=torch.channels_last)
+        trainer = Trainer(spec, par, train_data, test_data, model,
+                          log=lambda line: par.is_main and print(line, flush=True))
+        sampler = UtilSampler(par.devices() if par.local_rank == 0 else []).start()
+        outcome.startup_s = time.time() - t0
+        trainer.run(outcome.epochs.append)
+        outcome.util = sampler.stop()
+        if par.is_main:
+            outcome.write("ok")
+        par.close()
+        return 0
+    except Exception as error:  # every fault becomes a record; see dpstudy.outcome
+        if sampler is not None:
+            outcome.util = sampler.stop()
+        return outcome.fault(error, par.rank, par.world_size)
+
+
+def resolve_type(spec: dict) -> str:
+    from dpstudy.parallel import resolve_device
+
+    return resolve_device(spec["device"])

@@ -1,0 +1,41 @@
+"""Train one cell and write DIR/record.json.
+
+  python scripts/train.py --spec SPEC --out DIR                                        (single, dp)
+  torchrun --standalone --nproc-per-node=G scripts/train.py --spec SPEC --out DIR      (ddp)
+
+SPEC is a JSON object, inline or a file path (settings: config/schema.yaml, $defs/spec).
+"""
+import time
+
+T0 = time.time()  # startup_s counts the imports too
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, help="JSON object or path to a JSON file")
+    parser.add_argument("--out", required=True, help="output folder of the cell")
+    parser.add_argument("--cell", help="cell id recorded (default: derived from the spec)")
+    parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
+                        help="CPU cores the whole job may use (shared by its processes)")
+    args = parser.parse_args()
+
+    from dpstudy.cells import base_id
+    from dpstudy.schema import ConfigError
+    from dpstudy.spec import load_spec
+
+    try:
+        spec = load_spec(args.spec)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from dpstudy.train import run
+
+    return run(spec, args.out, args.cell or base_id(spec), T0, args.cores)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

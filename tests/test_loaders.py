@@ -1,0 +1,90 @@
+import pytest
+import torch
+from torch.utils.data import DistributedSampler
+
+from dpstudy.loaders import DeviceLoader, Shard, TorchLoader, epoch_indices, eval_indices, random_affine, random_crop_flip
+
+N = 96
+IMAGES = torch.randint(0, 256, (N, 3, 8, 8), dtype=torch.uint8)
+LABELS = torch.arange(N) % 10
+MEAN, STD = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+
+
+def loader(kind, shard, train=True, augment="none", batch=16):
+    common = dict(batch=batch, shard=shard, seed=3, augment=augment, mean=MEAN, std=STD,
+                  device=torch.device("cpu"), train=train, channels_last=False)
+    if kind == "torch":
+        return TorchLoader(IMAGES, LABELS, workers=0, **common)
+    return DeviceLoader(IMAGES, LABELS, **common)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_epoch_shards_are_disjoint_and_complete(world):
+    shards = [epoch_indices(N, Shard(r, world), seed=3, epoch=1) for r in range(world)]
+    assert len({len(s) for s in shards}) == 1  # every rank takes the same number of steps
+    together = torch.cat(shards)
+    assert len(together) == N and set(together.tolist()) == set(range(N))
+    assert not torch.equal(shards[0], epoch_indices(N, Shard(0, world), seed=3, epoch=2))
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_shards_match_distributed_sampler(world):
+    for rank in range(world):
+        sampler = DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=True, seed=3)
+        sampler.set_epoch(5)
+        assert list(sampler) == epoch_indices(N, Shard(rank, world), seed=3, epoch=5).tolist()
+
+
+def test_eval_shards_cover_the_test_set_once_without_padding():
+    shards = [eval_indices(10, Shard(r, 4)) for r in range(4)]
+    assert sorted(torch.cat(shards).tolist()) == list(range(10))
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("world", [1, 2])
+def test_torch_and_device_loaders_give_the_same_batches(world, train):
+    for rank in range(world):
+        a, b = loader("torch", Shard(rank, world), train), loader("device", Shard(rank, world), train)
+        a.set_epoch(2), b.set_epoch(2)
+        batches_a, batches_b = list(a), list(b)
+        assert len(batches_a) == len(batches_b) == len(a) == len(b)
+        for (xa, ya), (xb, yb) in zip(batches_a, batches_b):
+            assert xa.shape == xb.shape and xa.dtype == xb.dtype == torch.float32
+            torch.testing.assert_close(xa, xb)
+            assert torch.equal(ya, yb)
+
+
+def test_device_loader_normalises_with_the_dataset_statistics():
+    x, y = next(iter(loader("device", Shard(0, 1), train=False, batch=N)))
+    expected = (IMAGES.float() / 255 - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(x, expected)
+    assert torch.equal(y, LABELS)
+
+
+def test_affine_identity_parameters_keep_the_image():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(64, 1, 16, 16)
+    out = random_affine(x, g)
+    assert out.shape == x.shape
+    changed = (out != x).flatten(1).any(1)
+    assert changed.float().mean() > 0.9  # almost every sample is moved
+    # Zero fill: corners rotate out of the image some of the time, never into values > 1.
+    assert out.max() <= 1 and out.min() >= 0
+
+
+def test_crop_flip_is_a_shifted_possibly_flipped_copy():
+    g = torch.Generator().manual_seed(1)
+    x = torch.arange(2 * 8 * 8, dtype=torch.float32).view(2, 1, 8, 8) + 1
+    out = random_crop_flip(x, g)
+    for i in range(2):
+        padded = torch.nn.functional.pad(x[i], (4, 4, 4, 4))
+        candidates = [padded[:, t:t + 8, l:l + 8] for t in range(9) for l in range(9)]
+        candidates += [c.flip(-1) for c in candidates]
+        assert any(torch.equal(out[i], c) for c in candidates)
+
+
+@pytest.mark.parametrize("augment", ["affine", "crop_flip"])
+def test_augmentations_keep_shapes_in_both_loaders(augment):
+    for kind in ("torch", "device"):
+        x, y = next(iter(loader(kind, Shard(0, 1), augment=augment)))
+        assert x.shape == (16, 3, 8, 8) and y.shape == (16,)

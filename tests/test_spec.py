@@ -1,0 +1,57 @@
+import json
+
+import pytest
+
+from dpstudy.cells import cell_id
+from dpstudy.schema import ConfigError
+from dpstudy.spec import complete, global_batch, load_spec, per_device_batch, scaled_lr
+
+BASE = {"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "batch": 64, "backend": "gloo"}
+
+
+def test_defaults_come_from_the_schema():
+    spec = complete(BASE)
+    assert spec["epochs"] == 3 and spec["optimizer"] == "sgd" and spec["lr"] == 0.05
+    assert spec["loader"] == "device" and spec["precision"] == "fp32" and spec["data_root"] == "results/data"
+    assert list(spec) == sorted(spec)
+
+
+def test_inline_and_file_specs_agree(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(BASE))
+    assert load_spec(str(path)) == load_spec(json.dumps(BASE))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"colour": "red"}, "unknown key 'colour'"),
+    ({"optimizer": "lbfgs"}, "optimizer"),
+    ({"dataset": "imagenet"}, "dataset 'imagenet'"),
+    ({"model": "gpt"}, "model 'gpt'"),
+    ({"batch": 63}, "batch 63 is not divisible by gpus 2"),
+    ({"backend": "none"}, "needs backend 'nccl' or 'gloo'"),
+    ({"mode": "single"}, "mode 'single' needs gpus 1"),
+    ({"workers": 2}, "workers 2 needs loader 'torch'"),
+    ({"epochs": 0}, "epochs"),
+])
+def test_bad_specs_name_the_key(change, message):
+    with pytest.raises(ConfigError, match=message):
+        complete({**BASE, **change})
+
+
+def test_not_json_is_an_error():
+    with pytest.raises(ConfigError, match="neither a JSON object nor a file"):
+        load_spec("no-such-file.json")
+
+
+def test_batch_scope_and_lr_scaling():
+    spec = complete({**BASE, "batch": 64})
+    assert per_device_batch(spec) == 32 and global_batch(spec) == 64
+    spec = complete({**BASE, "batch_scope": "per_device", "lr_scaling": "linear"})
+    assert per_device_batch(spec) == 64 and global_batch(spec) == 128
+    assert scaled_lr(spec) == pytest.approx(0.1)
+
+
+def test_cell_ids_are_readable():
+    spec = complete({**BASE, "lr": 0.1, "repeat": 2})
+    assert cell_id(spec) == "synthetic-lenet-ddp-g2-b64-gloo"
+    assert cell_id(spec, ["lr", "batch"], repeats=3) == "synthetic-lenet-ddp-g2-b64-gloo-lr0p1-r2"
