@@ -1,0 +1,125 @@
+"""A study config -> the cells table (DESIGN 3.1/3.2), validated before any job exists."""
+from __future__ import annotations
+
+import copy
+import json
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from dpstudy import schema, spec as specs
+from dpstudy.cells import cell_id
+from dpstudy.schema import ConfigError
+
+GRID_DIMENSIONS = ("mode", "gpus", "batch", "backend")
+
+
+class JsonDict(dict):
+    """A dict whose str() is JSON: `{params.spec:q}` in a shell command gives a quoted JSON
+    object, while Snakemake's params trigger still compares the plain dict's repr."""
+
+    def __str__(self) -> str:
+        return json.dumps(self, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    sweep: str
+    spec: dict[str, Any]  # complete, key-sorted, plain types: the train rule's params
+
+    @property
+    def gpus(self) -> int:
+        return self.spec["gpus"]
+
+    def params(self) -> JsonDict:
+        return JsonDict(sorted(self.spec.items()))
+
+
+def load(config: dict[str, Any]) -> dict[str, Any]:
+    """The validated study with every documented default filled in."""
+    study = copy.deepcopy(config)
+    schema.check(study, where="config: ")
+    for key, prop in schema.schema()["properties"].items():
+        if "default" in schema.resolve(prop):
+            study.setdefault(key, copy.deepcopy(schema.resolve(prop)["default"]))
+    names = [s["name"] for s in study["sweeps"]]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ConfigError(f"config: sweep name {duplicated[0]!r} is used more than once")
+    allowed = set(GRID_DIMENSIONS) | set(schema.property_names("settings"))
+    for sweep in study["sweeps"]:
+        unknown = sorted(set(sweep.get("grid", {})) - allowed)
+        if unknown:
+            raise ConfigError(f"sweep {sweep['name']!r}: unknown grid key {unknown[0]!r}; "
+                              f"allowed: {', '.join(sorted(allowed))}")
+    return study
+
+
+def sweep_combinations(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    grid = sweep.get("grid", {})
+    keys = sorted(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
+    """Prune meaningless combinations: single needs gpus 1; single/dp take backend none."""
+    if combo["mode"] == "single" and combo["gpus"] != 1:
+        return None
+    if combo["mode"] in ("single", "dp"):
+        return {**combo, "backend": "none"}
+    if combo["backend"] == "none":
+        return None
+    return combo
+
+
+def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
+    where = f"sweep {sweep['name']!r}: "
+    base = {**schema.defaults("settings"), **study["defaults"], **sweep.get("set", {})}
+    dims = {**schema.defaults("spec"), "device": study["device"], "data_root": study["data_root"]}
+    varied = [k for k, v in sweep.get("grid", {}).items() if len(v) > 1]
+    cells: list[Cell] = []
+    for combo in sweep_combinations(sweep):
+        settings = {**base, **combo}
+        candidate = {k: settings.get(k, dims.get(k)) for k in GRID_DIMENSIONS}
+        candidate.setdefault("mode", settings.get("mode"))
+        if candidate["mode"] is None:
+            raise ConfigError(f"{where}no mode: give grid.mode (single, dp, ddp)")
+        kept = normalise(candidate)
+        if kept is None:
+            continue
+        repeats = settings.pop("repeats")
+        raw = {**{k: v for k, v in settings.items() if k not in GRID_DIMENSIONS}, **kept,
+               "dataset": sweep["dataset"], "model": sweep["model"],
+               "device": study["device"], "data_root": study["data_root"]}
+        for repeat in range(repeats):
+            spec = specs.complete({**raw, "repeat": repeat}, where)
+            cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec))
+    modes = set(sweep.get("grid", {}).get("mode", []))
+    if "ddp" in modes and not any(c.spec["mode"] == "ddp" for c in cells):
+        raise ConfigError(f"{where}mode ddp needs backend nccl or gloo in grid.backend")
+    return cells
+
+
+def expand(study: dict[str, Any]) -> list[Cell]:
+    """Every cell of the study, duplicates collapsed, in sweep order."""
+    cells: dict[str, Cell] = {}
+    for sweep in study["sweeps"]:
+        for cell in sweep_cells(study, sweep):
+            seen = cells.get(cell.id)
+            if seen is None:
+                cells[cell.id] = cell
+            elif seen.spec != cell.spec:
+                differing = sorted(k for k in cell.spec if cell.spec[k] != seen.spec.get(k))
+                raise ConfigError(
+                    f"sweeps {seen.sweep!r} and {cell.sweep!r} both define cell {cell.id} with different "
+                    f"{', '.join(differing)}; vary those keys in a grid or give the sweeps distinct grids")
+    return list(cells.values())
+
+
+def within_gpu_budget(cells: list[Cell], gpu_resource: int | None, needs_gpu) -> tuple[list[Cell], list[Cell]]:
+    """(kept, left out): cells whose GPU resource exceeds `--resources gpu=N` are left out."""
+    if gpu_resource is None:
+        return cells, []
+    kept = [c for c in cells if not needs_gpu(c) or c.gpus <= gpu_resource]
+    return kept, [c for c in cells if c not in kept]

@@ -1,0 +1,81 @@
+# The study config -> the CELLS table, and the small helpers the rules use.
+import os
+
+from snakemake.exceptions import WorkflowError
+
+from dpstudy import study as studies
+from dpstudy.data import DATASETS
+from dpstudy.gpus import visible_gpu_count
+from dpstudy.models import MODELS
+from dpstudy.schema import ConfigError
+
+# Jobs import the dpstudy package from this checkout, also inside --sdm conda environments.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])
+)
+
+try:
+    STUDY = studies.load(config)
+    ALL_CELLS = studies.expand(STUDY)
+except ConfigError as error:
+    raise WorkflowError(f"invalid study config: {error}") from None
+
+# On a host without GPUs, device 'auto' resolves to the CPU: its cells take no GPU resource.
+CUDA_POSSIBLE = STUDY["device"] == "cuda" or (
+    STUDY["device"] == "auto" and visible_gpu_count() > 0
+)
+
+
+def needs_gpu(cell):
+    return CUDA_POSSIBLE
+
+
+_kept, _left_out = studies.within_gpu_budget(
+    ALL_CELLS, workflow.global_resources.get("gpu").value, needs_gpu
+)
+if _left_out:
+    logger.warning(
+        f"{len(_left_out)} cells need more GPUs than --resources gpu allows and are left out: "
+        + ", ".join(c.id for c in _left_out)
+    )
+CELLS = {cell.id: cell for cell in _kept}
+RECORDS = [f"results/cells/{cell}/record.json" for cell in CELLS]
+DATA_ROOT = STUDY["data_root"]
+
+
+wildcard_constraints:
+    cell="[a-z0-9_p-]+",
+    dataset="[a-z0-9_]+",
+
+
+def cell_of(wildcards):
+    return CELLS[wildcards.cell]
+
+
+def cell_spec(wildcards):
+    return cell_of(wildcards).params()
+
+
+def cell_dataset(wildcards):
+    return f"{DATA_ROOT}/{cell_of(wildcards).spec['dataset']}/meta.json"
+
+
+def cell_ext(wildcards):
+    return ["results/ext/build.json"] if MODELS[cell_of(wildcards).spec["model"]].needs_ext else []
+
+
+def cell_gpus(wildcards):
+    return cell_of(wildcards).gpus if needs_gpu(cell_of(wildcards)) else 0
+
+
+def cell_threads(wildcards):
+    # On CPU a device is one process on one core; DataLoader workers need cores of their own.
+    spec = cell_of(wildcards).spec
+    return spec["gpus"] * (1 + spec["workers"])
+
+
+def cell_launcher(wildcards):
+    spec = cell_of(wildcards).spec
+    if spec["mode"] == "ddp":
+        return f"torchrun --standalone --nproc-per-node={spec['gpus']}"
+    return "python"

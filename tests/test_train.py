@@ -1,0 +1,140 @@
+"""The training entry point end to end: real processes, real torchrun, Gloo on CPU."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dpstudy import data, record
+
+REPO = Path(__file__).resolve().parent.parent
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    data.prepare("synthetic", root, {"train_size": 4000, "test_size": 1000})
+    return root
+
+
+def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):
+    launcher = TORCHRUN + [f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
+    cmd = launcher + [str(REPO / "scripts/train.py"), "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
+    started = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=REPO)
+    proc.seconds = time.time() - started
+    return proc
+
+
+def spec_for(data_root, **settings):
+    return {"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64, "epochs": 2,
+            "data_root": str(data_root), **settings}
+
+
+def test_single_cell_writes_a_complete_record(data_root, tmp_path):
+    proc = train(spec_for(data_root), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "ok" and rec["reason"] is None
+    assert rec["cell"] == "synthetic-lenet-single-g1-b64-none"
+    assert rec["spec"]["epochs"] == 2 and rec["spec"]["optimizer"] == "sgd"  # defaults filled in
+    assert rec["env"]["world_size"] == 1 and rec["env"]["device"] == "cpu"
+    assert len(rec["env"]["code_version"]["source_hash"]) == 12
+    first, last = rec["epochs"]
+    assert first["samples"] == last["samples"] == 4000
+    assert last["train_loss"] < first["train_loss"]
+    assert last["wall_s"] == pytest.approx(last["data_wait_s"] + last["compute_s"])
+    assert last["samples_per_s"] == pytest.approx(4000 / last["wall_s"])
+    assert len(last["peak_mem_mb"]) == 1 and last["peak_mem_mb"][0] > 50
+    summary = rec["summary"]
+    assert summary["median_epoch_s"] == last["wall_s"]  # epoch 1 is warm-up
+    assert 0 < summary["startup_s"] < summary["total_s"]
+    assert summary["final_test_acc"] == last["test_acc"]
+    assert proc.stdout.count("epoch ") == 2 and "test_acc" in proc.stdout
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_same_seed_gives_identical_losses(data_root, tmp_path):
+    losses = []
+    for run in ("a", "b"):
+        assert train(spec_for(data_root, epochs=1), tmp_path / run).returncode == 0
+        e = record.read(tmp_path / run / "record.json")["epochs"][0]
+        losses.append((e["train_loss"], e["test_loss"]))
+    assert losses[0] == losses[1]
+    assert train(spec_for(data_root, epochs=1, seed=1), tmp_path / "c").returncode == 0
+    assert record.read(tmp_path / "c" / "record.json")["epochs"][0]["train_loss"] != losses[0][0]
+
+
+@pytest.mark.slow
+def test_ddp_over_gloo_matches_single_device(data_root, tmp_path):
+    single = train(spec_for(data_root, epochs=3), tmp_path / "single")
+    ddp = train(spec_for(data_root, epochs=3, mode="ddp", gpus=2, backend="gloo"), tmp_path / "ddp", nproc=2)
+    assert single.returncode == 0 and ddp.returncode == 0, ddp.stderr
+    a, b = record.read(tmp_path / "single/record.json"), record.read(tmp_path / "ddp/record.json")
+    assert b["status"] == "ok" and b["env"]["world_size"] == 2 and b["env"]["threads_per_process"] == 1
+    assert b["epochs"][-1]["samples"] == 4000  # both ranks' samples, all-reduced
+    assert len(b["epochs"][-1]["peak_mem_mb"]) == 2
+    assert abs(a["summary"]["final_test_acc"] - b["summary"]["final_test_acc"]) < 0.04
+    assert b["summary"]["final_test_acc"] > 0.85
+
+
+@pytest.mark.parametrize("settings, nproc, reason", [
+    ({"mode": "dp", "gpus": 2}, None, "mode dp needs CUDA"),
+    ({"mode": "ddp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
+    ({"device": "cuda"}, None, "no CUDA device is visible"),
+    ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match gpus 2"),
+    ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match gpus 1"),
+])
+def test_cells_the_hardware_cannot_run_are_skipped(data_root, tmp_path, settings, nproc, reason):
+    proc = train(spec_for(data_root, **settings), tmp_path, nproc=nproc)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "skipped" and reason in rec["reason"]
+    assert rec["epochs"] == [] and rec["summary"]["final_test_acc"] is None
+
+
+def test_oom_on_one_ddp_rank_stops_every_rank(data_root, tmp_path):
+    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=2)
+    proc = train(spec, tmp_path, nproc=2, env={"DPSTUDY_INJECT_FAULT": "oom:1:2:3"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "oom" and rec["reason"].startswith("rank 1: OutOfMemoryError")
+    assert len(rec["epochs"]) == 1  # the epoch finished before the fault is kept
+    assert proc.seconds < 60  # no rank waited for a collective timeout
+
+
+def test_unexpected_error_is_a_failed_record_and_nonzero_exit(data_root, tmp_path):
+    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
+    proc = train(spec, tmp_path, nproc=2, env={"DPSTUDY_INJECT_FAULT": "error:0:1:2"}, timeout=120)
+    assert proc.returncode != 0
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "failed" and "rank 0: RuntimeError: injected error" in rec["reason"]
+
+
+def test_bad_spec_is_rejected_before_anything_runs(tmp_path):
+    proc = train({"dataset": "synthetic", "model": "lenet", "mode": "single", "colour": 1}, tmp_path)
+    assert proc.returncode == 2 and "unknown key 'colour'" in proc.stderr
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_missing_downloadable_dataset_names_the_preparation_step(tmp_path):
+    proc = train({"dataset": "mnist", "model": "lenet", "mode": "single", "data_root": str(tmp_path / "d")},
+                 tmp_path / "out")
+    assert proc.returncode != 0
+    rec = record.read(tmp_path / "out/record.json")
+    assert rec["status"] == "failed" and "'mnist' is not prepared" in rec["reason"] and "prepare_data" in rec["reason"]
+
+
+@pytest.mark.slow
+def test_lenet_learns_synthetic_to_90_percent_with_defaults(tmp_path):
+    # The issue's bar: default settings, default dataset size, 3 epochs at batch 64.
+    proc = train({"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64,
+                  "data_root": str(tmp_path / "data")}, tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "out/record.json")
+    assert rec["spec"]["epochs"] == 3 and rec["summary"]["final_test_acc"] >= 0.90
