@@ -1,0 +1,22 @@
+# The project's C++/CUDA extension, built once for the cells whose model needs it.
+
+
+rule build_ext:
+    input:
+        sources=[
+            path
+            for path in glob_wildcards("dpstudy/ext/{path}").path
+            if path.endswith((".cpp", ".cu", ".h", ".cuh", ".py"))
+        ],
+    output:
+        "results/ext/build.json",
+    params:
+        cuda_arch=STUDY["ext"].get("cuda_arch"),
+    log:
+        "results/logs/build_ext.log",
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python scripts/build_ext.py --out results/ext"
+        " $( [ -n '{params.cuda_arch}' ] && [ '{params.cuda_arch}' != None ] && echo --cuda-arch '{params.cuda_arch}' )"
+        " > {log:q} 2>&1"

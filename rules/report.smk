@@ -1,0 +1,62 @@
+# Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
+from dpstudy.plots import FIGURES
+
+TABLES = [
+    f"results/tables/{name}"
+    for name in ("cells.csv", "epochs.csv", "ranks.csv", "util.csv", "stale.txt")
+]
+FIGURE_FILES = [f"results/figures/{name}" for name in FIGURES]
+REPORT_HTML = "results/report/report.html"
+CONFIG_FILES = " ".join(workflow.configfiles)
+
+
+rule collect:
+    input:
+        records=RECORDS,
+        code=["dpstudy/collect.py", "scripts/collect.py"],
+    output:
+        TABLES,
+    log:
+        "results/logs/collect.log",
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python scripts/collect.py --records {input.records:q} --out-dir results/tables > {log:q} 2>&1"
+
+
+rule figures:
+    input:
+        tables=TABLES,
+        code=["dpstudy/plots.py", "scripts/figures.py"],
+    output:
+        [
+            report(path, category="Figures", caption="../notebooks/figure_caption.rst")
+            for path in FIGURE_FILES
+        ],
+    log:
+        "results/logs/figures.log",
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python scripts/figures.py --tables results/tables --out results/figures > {log:q} 2>&1"
+
+
+rule report:
+    input:
+        notebook="notebooks/report.ipynb",
+        tables=TABLES,
+        figures=FIGURE_FILES,
+        code=["dpstudy/findings.py", "scripts/report.py"],
+    output:
+        notebook="results/report/report.ipynb",
+        html=REPORT_HTML,
+    params:
+        study=STUDY["study"],
+    log:
+        "results/logs/report.log",
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python scripts/report.py --notebook {input.notebook} --out-dir results/report"
+        " --study {params.study} --config {CONFIG_FILES:q} --tables results/tables"
+        " --figures results/figures --bench results/bench > {log:q} 2>&1"
