@@ -1,0 +1,208 @@
+"""Records -> tidy tables (DESIGN 3.4): cells, epochs, ranks and util, plus the stale list.
+
+Every record becomes a row of cells.csv whatever its status: skipped, oom and failed cells keep
+their reason there and are never dropped. Tables are written atomically, each one either the
+old or the complete new file.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jsonschema import ValidationError
+
+from dpstudy import record, schema
+from dpstudy.record import EPOCH_FIELDS, SUMMARY_FIELDS
+
+SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
+# env key -> cells.csv column; the resolved device is `env_device` because `device` is the
+# spec's request (auto | cuda | cpu).
+ENV_COLUMNS = {"world_size": "world_size", "device": "env_device", "torch": "torch", "cuda": "cuda",
+               "cudnn": "cudnn", "nccl": "nccl", "python": "python", "hostname": "hostname",
+               "cpu": "cpu", "driver": "driver", "threads_per_process": "threads_per_process"}
+# Keys that may differ between a cell and its single-device baseline. batch_scope and
+# lr_scaling change nothing on one device, so the baseline ignores them too.
+BASELINE_IGNORES = ("mode", "gpus", "backend", "data_root", "repeat", "batch_scope", "lr_scaling")
+BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
+
+CELL_COLUMNS = ("cell", *SPEC_KEYS, "status", "reason", *SUMMARY_FIELDS, "world_size", "env_device",
+                "global_batch", "epochs_done", "epochs_s", "overhead_s", "peak_mem_mb_max",
+                "peak_mem_mb_min", "baseline", "speedup", "efficiency", "stale", "record",
+                "torch", "cuda", "cudnn", "nccl", "python", "hostname", "cpu", "gpu_names", "driver",
+                "threads_per_process", "git_commit", "source_hash")
+EPOCH_COLUMNS = ("cell", *SPEC_KEYS, "status", "world_size", "env_device", "global_batch", "warmup",
+                 *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"), "peak_mem_mb_max")
+RANK_COLUMNS = ("cell", "epoch", "rank", "peak_mem_mb")
+UTIL_COLUMNS = ("cell", "device", "t", "gpu_util", "mem_util", "mem_mb")
+TABLES = ("cells", "epochs", "ranks", "util")
+STALE_FILE = "stale.txt"
+
+
+class RecordError(ValueError):
+    """A record that cannot be read; the message names the file."""
+
+
+def read_records(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
+    """(path, record) for every path, validated; an unreadable one raises RecordError naming it."""
+    records, seen = [], {}
+    for path in map(str, paths):
+        try:
+            rec = record.read(path)
+        except (OSError, json.JSONDecodeError, ValidationError) as e:
+            detail = e.message if isinstance(e, ValidationError) else str(e)
+            raise RecordError(f"{path}: not a valid record: {detail}") from None
+        if rec["cell"] in seen:
+            raise RecordError(f"{path}: cell {rec['cell']!r} already came from {seen[rec['cell']]}")
+        seen[rec["cell"]] = path
+        records.append((path, rec))
+    return records
+
+
+def global_batch(spec: dict[str, Any]) -> int | None:
+    if spec.get("batch") is None or spec.get("gpus") is None:
+        return None
+    return spec["batch"] if spec.get("batch_scope", "global") == "global" else spec["batch"] * spec["gpus"]
+
+
+def cell_settings(rec: dict[str, Any]) -> dict[str, Any]:
+    """The columns every table repeats: id, every spec key, status and where it ran."""
+    spec, env = rec["spec"], rec["env"]
+    return {"cell": rec["cell"], **{k: spec.get(k) for k in SPEC_KEYS}, "status": rec["status"],
+            "world_size": env.get("world_size"), "env_device": env.get("device"),
+            "global_batch": global_batch(spec)}
+
+
+def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[str, Any]:
+    epochs, summary, env = rec["epochs"], rec["summary"], rec["env"]
+    code = env.get("code_version") or {}
+    epochs_s = sum(e["wall_s"] + e["eval_s"] for e in epochs) if epochs else None
+    total_s = summary.get("total_s")
+    last_peaks = epochs[-1]["peak_mem_mb"] if epochs else []
+    return {
+        **cell_settings(rec), "reason": rec["reason"], **{k: summary.get(k) for k in SUMMARY_FIELDS},
+        "epochs_done": len(epochs), "epochs_s": epochs_s,
+        "overhead_s": total_s - epochs_s if total_s is not None and epochs_s is not None else None,
+        "peak_mem_mb_max": max(last_peaks, default=None), "peak_mem_mb_min": min(last_peaks, default=None),
+        "stale": code.get("source_hash") != current_hash, "record": path,
+        **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
+        "gpu_names": "; ".join(env.get("gpus") or []) or None,
+        "git_commit": code.get("git_commit"), "source_hash": code.get("source_hash"),
+    }
+
+
+def with_speedup(cells: pd.DataFrame) -> pd.DataFrame:
+    """Add baseline, speedup and efficiency against the matching single-device cell.
+
+    The baseline of a cell is the set of ok `single` g1 cells whose every spec key equals the
+    cell's, except mode, gpus, backend, data_root, repeat, batch_scope and lr_scaling (the last
+    two are no-ops on one device), and which ran on the same kind of device. Both batch scopes
+    therefore compare at equal `batch`: under per_device the baseline has the cell's per-device
+    batch, under global the cell's global batch. Repeats of the baseline are averaged; `baseline`
+    names the first of them. speedup = samples_per_s / baseline samples_per_s, efficiency =
+    speedup / gpus; both stay empty when the cell did not finish or has no baseline.
+    """
+    keys = list(BASELINE_KEYS)
+    singles = cells[(cells["status"] == "ok") & (cells["mode"] == "single") & (cells["gpus"] == 1)
+                    & cells["samples_per_s"].notna()]
+    base = (singles.sort_values(["repeat", "cell"])
+            .groupby(keys, dropna=False, sort=False)
+            .agg(baseline=("cell", "first"), baseline_samples_per_s=("samples_per_s", "mean"))
+            .reset_index())
+    out = cells.drop(columns=["baseline", "speedup", "efficiency"], errors="ignore")
+    out = out.merge(base, on=keys, how="left")
+    finished = out["status"] == "ok"
+    out["speedup"] = (out["samples_per_s"] / out["baseline_samples_per_s"]).where(finished)
+    out["efficiency"] = out["speedup"] / out["gpus"].astype(float)
+    return out.drop(columns="baseline_samples_per_s")
+
+
+def cells_table(records: list[tuple[str, dict]], current_hash: str | None) -> pd.DataFrame:
+    rows = [cell_row(path, rec, current_hash) for path, rec in records]
+    cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
+    cells = cells.astype({"samples_per_s": float, "gpus": "Int64", "repeat": "Int64"})
+    return with_speedup(cells)[list(CELL_COLUMNS)].sort_values("cell", ignore_index=True)
+
+
+def epochs_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
+    rows = []
+    for _, rec in records:
+        settings, epochs = cell_settings(rec), rec["epochs"]
+        for e in epochs:
+            fields = {k: v for k, v in e.items() if k in EPOCH_FIELDS and k != "peak_mem_mb"}
+            rows.append({**settings, "warmup": e["epoch"] == 1 and len(epochs) > 1, **fields,
+                         "peak_mem_mb_max": max(e["peak_mem_mb"], default=None)})
+    return pd.DataFrame(rows, columns=list(EPOCH_COLUMNS)).sort_values(["cell", "epoch"], ignore_index=True)
+
+
+def ranks_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
+    rows = [{"cell": rec["cell"], "epoch": e["epoch"], "rank": rank, "peak_mem_mb": mb}
+            for _, rec in records for e in rec["epochs"] for rank, mb in enumerate(e["peak_mem_mb"])]
+    return pd.DataFrame(rows, columns=list(RANK_COLUMNS)).sort_values(["cell", "epoch", "rank"], ignore_index=True)
+
+
+def util_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
+    rows = [{"cell": rec["cell"], "device": int(device), **{k: s.get(k) for k in UTIL_COLUMNS[2:]}}
+            for _, rec in records for device, samples in (rec.get("util") or {}).items() for s in samples]
+    return pd.DataFrame(rows, columns=list(UTIL_COLUMNS)).sort_values(["cell", "device", "t"], ignore_index=True)
+
+
+def collect(record_paths: Iterable[str | Path], current_code_version: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """{"cells", "epochs", "ranks", "util"} tables from the records at `record_paths`.
+
+    A cell is stale when its record's code_version.source_hash differs from
+    `current_code_version["source_hash"]` (see dpstudy.provenance.code_version).
+    """
+    records = read_records(record_paths)
+    return {"cells": cells_table(records, current_code_version.get("source_hash")),
+            "epochs": epochs_table(records), "ranks": ranks_table(records), "util": util_table(records)}
+
+
+def stale_records(cells: pd.DataFrame) -> list[str]:
+    """Record paths of the cells made with older training code, for `snakemake --forcerun`."""
+    return cells.loc[cells["stale"].astype(bool), "record"].tolist()
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it replaces `path`, on error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; outputs get the usual mode
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
+    """{name}.csv for every table and stale.txt (one record path per line; empty when none)."""
+    out_dir = Path(out_dir)
+    written = []
+    for name, table in tables.items():
+        with atomic_output(out_dir / f"{name}.csv") as tmp:
+            table.to_csv(tmp, index=False)
+        written.append(out_dir / f"{name}.csv")
+    with atomic_output(out_dir / STALE_FILE) as tmp:
+        tmp.write_text("".join(f"{p}\n" for p in stale_records(tables["cells"])))
+    return written + [out_dir / STALE_FILE]
+
+
+def read_tables(tables_dir: str | Path) -> dict[str, pd.DataFrame]:
+    """The tables written by write_tables, keyed as collect() returns them."""
+    return {name: pd.read_csv(Path(tables_dir) / f"{name}.csv") for name in TABLES}

@@ -1,0 +1,41 @@
+"""Collect record.json files into results/tables: cells, epochs, ranks, util (.csv) and stale.txt.
+
+    python scripts/collect.py --records R1 R2 ... --out-dir results/tables
+    python scripts/collect.py --records-from record_list.txt --out-dir results/tables
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dpstudy import collect
+from dpstudy.provenance import code_version
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", nargs="*", default=[], help="record.json paths")
+    parser.add_argument("--records-from", type=Path, help="a file listing record paths, one per line")
+    parser.add_argument("--out-dir", type=Path, required=True, help="folder of the tables")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    paths = list(args.records)
+    if args.records_from:
+        paths += [line.strip() for line in args.records_from.read_text().splitlines() if line.strip()]
+    if not paths:
+        sys.exit("error: no records given (--records or --records-from)")
+    try:
+        tables = collect.collect(paths, code_version())
+    except collect.RecordError as e:
+        sys.exit(f"error: {e}")
+    for path in collect.write_tables(tables, args.out_dir):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Render every figure of dpstudy.plots.FIGURES from the tables into a folder of PNGs.
+
+    python scripts/figures.py --tables results/tables --out results/figures
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dpstudy import collect, plots
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tables", type=Path, required=True, help="folder written by scripts/collect.py")
+    parser.add_argument("--out", type=Path, required=True, help="folder of the PNGs")
+    args = parser.parse_args(argv)
+    for path in plots.render(collect.read_tables(args.tables), args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Execute the report notebook with papermill and convert it to a self-contained HTML page.
+
+    python scripts/report.py --notebook notebooks/report.ipynb --out-dir results/report \\
+        --study NAME --config PATH --tables results/tables --figures results/figures --bench results/bench
+
+Writes OUT_DIR/report.ipynb (executed) and OUT_DIR/report.html (code hidden, figures embedded
+as data URIs); each appears complete or not at all.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import papermill
+from nbconvert import HTMLExporter
+
+from dpstudy.collect import atomic_output
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--notebook", type=Path, required=True, help="the papermill template")
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--study", required=True, help="study name shown in the report")
+    parser.add_argument("--config", required=True, help="the study's config file, shown in the report")
+    parser.add_argument("--tables", required=True, help="folder written by scripts/collect.py")
+    parser.add_argument("--figures", required=True, help="folder written by scripts/figures.py")
+    parser.add_argument("--bench", required=True, help="folder of kernels.csv / comm.csv (may be missing)")
+    parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    return parser.parse_args(argv)
+
+
+def html(notebook: nbformat.NotebookNode, title: str) -> str:
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
+    return body
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    parameters = {"study": args.study, "config_path": args.config, "tables_dir": args.tables,
+                  "figures_dir": args.figures, "bench_dir": args.bench}
+    out_ipynb, out_html = args.out_dir / "report.ipynb", args.out_dir / "report.html"
+    with atomic_output(out_ipynb) as tmp:
+        # The kernel runs here, so the relative paths above mean what they mean to the caller.
+        papermill.execute_notebook(str(args.notebook), str(tmp), parameters=parameters,
+                                   kernel_name=args.kernel, cwd=os.getcwd(), progress_bar=False)
+        notebook = nbformat.read(tmp, as_version=4)
+    with atomic_output(out_html) as tmp:
+        tmp.write_text(html(notebook, f"dpstudy report: {args.study}"), encoding="utf-8")
+    print(f"wrote {out_ipynb}\nwrote {out_html}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

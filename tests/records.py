@@ -1,0 +1,115 @@
+"""A factory of realistic fake records (valid against dpstudy.record.RECORD_SCHEMA).
+
+Every number is derived from a few arguments so that tests can assert exact values:
+an epoch processes `SAMPLES` samples at `samples_per_s`, evaluation takes `EVAL_S`, and a
+cell's total time is startup + epochs + `TEARDOWN_S`, so its overhead is STARTUP_S + TEARDOWN_S.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dpstudy import record, schema
+
+CURRENT = {"git_commit": "cafe00000000", "source_hash": "current00000"}
+OLD = {"git_commit": "0ld000000000", "source_hash": "old000000000"}
+SAMPLES = 6000
+EVAL_S = 0.5
+STARTUP_S = 2.0
+TEARDOWN_S = 1.0
+DP_REASON = "dp needs CUDA: no GPU is visible"
+NCCL_REASON = "nccl needs CUDA: no GPU is visible"
+OOM_REASON = "rank 0: OutOfMemoryError: can't allocate memory (at train.py:88)"
+
+
+def make_spec(**keys: Any) -> dict[str, Any]:
+    """A complete spec: the schema's defaults, synthetic/lenet, two epochs, then `keys`."""
+    spec = {**schema.defaults("spec"), "dataset": "synthetic", "model": "lenet", "mode": "single",
+            "epochs": 2, "device": "cpu"}
+    spec.update(keys)
+    return dict(sorted(spec.items()))
+
+
+def cell_id(spec: dict[str, Any], suffix: str = "") -> str:
+    """DESIGN 3.2's id; `suffix` carries what the grid varies beyond the grid keys (e.g. -r1)."""
+    return f"{spec['dataset']}-{spec['model']}-{spec['mode']}-g{spec['gpus']}-b{spec['batch']}-{spec['backend']}{suffix}"
+
+
+def make_env(spec: dict[str, Any], code: dict[str, Any], device: str) -> dict[str, Any]:
+    gpus = ["Fake GPU"] * 8 if device == "cuda" else []
+    return {"torch": "2.14.1", "cuda": "13.0" if device == "cuda" else None, "cudnn": None,
+            "nccl": None, "python": "3.11.2", "hostname": "testhost", "cpu": "Test CPU 9000",
+            "gpus": gpus, "driver": None, "world_size": spec["gpus"] if spec["mode"] == "ddp" else 1,
+            "device": device, "threads_per_process": 1, "code_version": dict(code)}
+
+
+def make_epochs(spec: dict[str, Any], samples_per_s: float, accs: list[float], wait_frac: float,
+                peak_mem: list[float]) -> list[dict[str, Any]]:
+    epochs = []
+    for i, acc in enumerate(accs, start=1):
+        wall = SAMPLES / samples_per_s
+        epochs.append({
+            "epoch": i, "train_loss": 2.0 / i, "train_acc": acc - 0.01, "test_loss": 1.5 / i,
+            "test_acc": acc, "wall_s": wall, "eval_s": EVAL_S, "data_wait_s": wall * wait_frac,
+            "compute_s": wall * (1 - wait_frac), "samples": SAMPLES, "samples_per_s": samples_per_s,
+            "peak_mem_mb": list(peak_mem),
+        })
+    return epochs
+
+
+def make_record(status: str = "ok", *, samples_per_s: float = 1000.0, accs: tuple = (0.6, 0.9),
+                wait_frac: float = 0.1, peak_mem: list[float] | None = None, reason: str | None = None,
+                code: dict | None = None, device: str = "cpu", util: dict | None = None,
+                suffix: str = "", **spec_keys: Any) -> dict[str, Any]:
+    """One record. ok: every epoch at `samples_per_s`; oom: the first epoch only; skipped: no epochs."""
+    spec = make_spec(**spec_keys)
+    peak_mem = peak_mem if peak_mem is not None else [100.0 + spec["batch"] / 64] * spec["gpus"]
+    accs = list(accs)[: 1 if status == "oom" else spec["epochs"]]
+    epochs = [] if status == "skipped" else make_epochs(spec, samples_per_s, accs, wait_frac, peak_mem)
+    summary = record.empty_summary()
+    if epochs:
+        steady = epochs[1:] or epochs
+        summary.update(final_test_acc=epochs[-1]["test_acc"], median_epoch_s=steady[0]["wall_s"],
+                       samples_per_s=samples_per_s, startup_s=STARTUP_S,
+                       total_s=STARTUP_S + sum(e["wall_s"] + e["eval_s"] for e in epochs) + TEARDOWN_S)
+    rec = {"schema": record.SCHEMA_ID, "cell": cell_id(spec, suffix), "status": status,
+           "reason": reason, "spec": spec, "env": make_env(spec, code or CURRENT, device),
+           "epochs": epochs, "summary": summary, "util": util}
+    record.validate(rec)
+    return rec
+
+
+def make_util(devices: int, busy: list[float]) -> dict[str, list[dict[str, float]]]:
+    """Samples every 0.5 s for 3 s per device; device i is `busy[i]` % busy."""
+    return {str(d): [{"t": 0.5 * k, "gpu_util": busy[d], "mem_util": busy[d] / 2, "mem_mb": 500.0 + d}
+                     for k in range(1, 7)] for d in range(devices)}
+
+
+def small_grid() -> list[dict[str, Any]]:
+    """CPU study: single g1 b64/b256, ddp gloo g2 b64/b256, dp and nccl skipped, one oom, one stale.
+
+    Throughputs make the speedups exact: 1500/1000 = 1.5 (75 %) and 3400/2000 = 1.7 (85 %).
+    """
+    return [
+        make_record(mode="single", batch=64, samples_per_s=1000.0, accs=(0.6, 0.90), wait_frac=0.02),
+        make_record(mode="single", batch=256, samples_per_s=2000.0, accs=(0.6, 0.88), wait_frac=0.02,
+                    code=OLD),
+        make_record(mode="ddp", gpus=2, batch=64, backend="gloo", samples_per_s=1500.0, accs=(0.6, 0.895),
+                    wait_frac=0.05, peak_mem=[120.0, 119.0]),
+        make_record(mode="ddp", gpus=2, batch=256, backend="gloo", samples_per_s=3400.0, accs=(0.6, 0.872),
+                    wait_frac=0.05, peak_mem=[140.0, 140.0]),
+        make_record("skipped", mode="dp", gpus=2, batch=64, reason=DP_REASON),
+        make_record("skipped", mode="ddp", gpus=2, batch=64, backend="nccl", reason=NCCL_REASON),
+        make_record("oom", mode="ddp", gpus=2, batch=1024, backend="gloo", samples_per_s=500.0,
+                    reason=OOM_REASON),
+    ]
+
+
+def write_records(directory: str | Path, records: list[dict[str, Any]]) -> list[Path]:
+    """results/cells/{cell}/record.json under `directory`, in the given order."""
+    paths = []
+    for rec in records:
+        path = Path(directory) / "cells" / rec["cell"] / "record.json"
+        record.write(path, rec)
+        paths.append(path)
+    return paths
