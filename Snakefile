@@ -17,4 +17,7 @@ include: "rules/report.smk"
 
 rule all:
     input:
+        # Records are targets themselves: a deleted record reruns its cell even though the
+        # report that was made from it still exists.
+        RECORDS,
         REPORT_HTML,

@@ -28,7 +28,8 @@ TRAINING_SOURCES = (
 )
 
 
-def training_files() -> list[Path]:
+def training_files() -> list[str]:
+    """The training sources that exist, as paths relative to the repository."""
     files: list[Path] = []
     for entry in TRAINING_SOURCES:
         path = REPO / entry
@@ -36,7 +37,7 @@ def training_files() -> list[Path]:
             files += sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         elif path.is_file():
             files.append(path)
-    return files
+    return [str(p.relative_to(REPO)) for p in files]
 
 
 @functools.cache
@@ -44,8 +45,8 @@ def source_hash() -> str:
     """sha256 over the training sources' relative paths and contents (12 hex digits)."""
     digest = hashlib.sha256()
     for path in training_files():
-        digest.update(str(path.relative_to(REPO)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+        digest.update(path.encode() + b"\0")
+        digest.update((REPO / path).read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 

@@ -77,7 +77,10 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
     where = f"sweep {sweep['name']!r}: "
     base = {**schema.defaults("settings"), **study["defaults"], **sweep.get("set", {})}
     dims = {**schema.defaults("spec"), "device": study["device"], "data_root": study["data_root"]}
-    varied = [k for k, v in sweep.get("grid", {}).items() if len(v) > 1]
+    # The id names every key the sweep itself sets (grid or set): two sweeps that differ only in
+    # a set value (say epochs 200 vs 100) then never claim the same id, and adding a sweep never
+    # renames the cells of another.
+    varied = [*sweep.get("grid", {}), *sweep.get("set", {})]
     cells: list[Cell] = []
     for combo in sweep_combinations(sweep):
         settings = {**base, **combo}

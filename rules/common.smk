@@ -1,7 +1,11 @@
 # The study config -> the CELLS table, and the small helpers the rules use.
 import os
+import sys
 
 from snakemake.exceptions import WorkflowError
+
+# This checkout's dpstudy, for the workflow itself and for every job (also in --sdm conda).
+sys.path.insert(0, workflow.basedir)
 
 from dpstudy import study as studies
 from dpstudy.data import DATASETS
@@ -9,7 +13,6 @@ from dpstudy.gpus import visible_gpu_count
 from dpstudy.models import MODELS
 from dpstudy.schema import ConfigError
 
-# Jobs import the dpstudy package from this checkout, also inside --sdm conda environments.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])
 )

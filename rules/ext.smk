@@ -4,9 +4,9 @@
 rule build_ext:
     input:
         sources=[
-            path
+            f"dpstudy/ext/{path}"
             for path in glob_wildcards("dpstudy/ext/{path}").path
-            if path.endswith((".cpp", ".cu", ".h", ".cuh", ".py"))
+            if path.endswith((".cpp", ".cu", ".h", ".cuh", ".py")) and "__pycache__" not in path
         ],
     output:
         "results/ext/build.json",

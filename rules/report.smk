@@ -1,5 +1,6 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
 from dpstudy.plots import FIGURES
+from dpstudy.provenance import training_files
 
 TABLES = [
     f"results/tables/{name}"
@@ -7,13 +8,16 @@ TABLES = [
 ]
 FIGURE_FILES = [f"results/figures/{name}" for name in FIGURES]
 REPORT_HTML = "results/report/report.html"
-CONFIG_FILES = " ".join(workflow.configfiles)
+CONFIG_FILES = " ".join(map(str, workflow.configfiles))
 
 
 rule collect:
     input:
         records=RECORDS,
         code=["dpstudy/collect.py", "scripts/collect.py"],
+        # Training code is an input of collect, not of train: editing it reruns no cell, but
+        # the tables and the report are redone and flag the cells made with older code.
+        training_code=training_files(),
     output:
         TABLES,
     log:

@@ -1,0 +1,183 @@
+"""The Snakemake workflow, run for real: dry runs, a full run of a small study, and reruns."""
+from __future__ import annotations
+
+import copy
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from workflow import REPO, copy_checkout, dry_run, snakemake
+
+AGGREGATIONS = {"collect", "figures", "report", "all"}
+SMALL = {
+    "study": "workflow_test",
+    "datasets": {"synthetic": {"train_size": 512, "test_size": 128}},
+    "defaults": {"epochs": 1},
+    "sweeps": [
+        {"name": "alpha", "dataset": "synthetic", "model": "lenet",
+         "grid": {"mode": ["single", "ddp"], "gpus": [1, 2], "batch": [64], "backend": ["gloo"]}},
+        {"name": "beta", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [32]}},
+    ],
+}
+ALPHA = {"synthetic-lenet-single-g1-b64-none", "synthetic-lenet-ddp-g1-b64-gloo", "synthetic-lenet-ddp-g2-b64-gloo"}
+BETA = {"synthetic-lenet-single-g1-b32-none"}
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    return copy_checkout(tmp_path)
+
+
+@pytest.mark.parametrize("configfile", sorted(p.name for p in (REPO / "config").rglob("*.yaml") if p.name != "schema.yaml"))
+def test_every_config_dry_runs(checkout, configfile):
+    path = next((checkout / "config").rglob(configfile))
+    jobs = dry_run(checkout, None, "--configfile", str(path.relative_to(checkout)))
+    assert jobs["train"] and "report" in jobs
+
+
+def bad(config_change) -> dict:
+    config = copy.deepcopy(SMALL)
+    config_change(config)
+    return config
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.update(colour="red"), "unknown key 'colour'"),
+    (lambda c: c["sweeps"][0].update(dataset="imagenet"), "sweep 'alpha': dataset 'imagenet'"),
+    (lambda c: c["sweeps"][0]["grid"].update(optimizer=["lbfgs"]), "optimizer"),
+    (lambda c: c["sweeps"][0]["grid"].update(batch=[63]), "sweep 'alpha': batch 63 is not divisible by gpus 2"),
+    (lambda c: c["sweeps"][1].update(name="beta; rm -rf /"), "sweeps.1.name"),
+    (lambda c: c["sweeps"][0]["grid"].update(colour=[1]), "sweep 'alpha': unknown grid key 'colour'"),
+    (lambda c: c["sweeps"][1].update(name="alpha"), "sweep name 'alpha' is used more than once"),
+])
+def test_bad_configs_fail_before_any_job(checkout, change, message):
+    proc = snakemake(checkout, "-n", config=bad(change), check=False)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert message in output and "invalid study config" in output
+    assert "rule train" not in output and not (checkout / "results" / "cells").exists()
+
+
+def test_cells_beyond_the_gpu_budget_are_left_out_with_one_warning(checkout):
+    config = {**SMALL, "device": "cuda"}
+    proc = snakemake(checkout, "-n", "--resources", "gpu=1", config=config)
+    output = proc.stdout + proc.stderr
+    assert output.count("need more GPUs than --resources gpu allows") == 1
+    assert "synthetic-lenet-ddp-g2-b64-gloo" in output
+    from workflow import planned
+    assert set(planned(proc)["train"]) == ALPHA - {"synthetic-lenet-ddp-g2-b64-gloo"} | BETA
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A complete run of the small study, shared by the rerun tests (they only dry-run)."""
+    workdir = copy_checkout(tmp_path_factory.mktemp("finished"))
+    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", config=SMALL)
+    return workdir
+
+
+@pytest.mark.slow
+def test_small_study_runs_to_the_report(finished):
+    cells = pd.read_csv(finished / "results/tables/cells.csv")
+    assert set(cells["cell"]) == ALPHA | BETA
+    assert (cells["status"] == "ok").all()
+    ddp2 = cells.set_index("cell").loc["synthetic-lenet-ddp-g2-b64-gloo"]
+    assert ddp2["baseline"] == "synthetic-lenet-single-g1-b64-none" and ddp2["speedup"] > 0
+    html = (finished / "results/report/report.html").read_text()
+    assert "workflow_test" in html and "data:image/png;base64" in html
+    for cell in ALPHA | BETA:
+        assert (finished / f"results/cells/{cell}/train.log").stat().st_size > 0
+        assert (finished / f"results/cells/{cell}/benchmark.tsv").exists()
+    assert dry_run(finished, SMALL) == {}  # nothing left to do
+
+
+@pytest.mark.slow
+def test_changing_one_sweep_reruns_only_its_cells(finished):
+    config = copy.deepcopy(SMALL)
+    config["sweeps"][0]["grid"]["backend"] = ["gloo"]  # unchanged
+    config["defaults"] = {"epochs": 1}
+    changed = copy.deepcopy(config)
+    changed["sweeps"][1]["set"] = {"lr": 0.1}
+    jobs = dry_run(finished, changed)
+    assert set(jobs["train"]) == {"synthetic-lenet-single-g1-b32-none-lr0p1"}
+    assert set(jobs) == {"train"} | AGGREGATIONS
+
+
+@pytest.mark.slow
+def test_changing_a_default_reruns_every_cell_through_params(finished):
+    changed = {**SMALL, "defaults": {"epochs": 2}}
+    jobs = dry_run(finished, changed)
+    assert set(jobs["train"]) == ALPHA | BETA  # same ids, new params
+
+
+@pytest.mark.slow
+def test_adding_a_cell_schedules_only_it(finished):
+    changed = copy.deepcopy(SMALL)
+    changed["sweeps"][1]["grid"]["batch"] = [32, 128]
+    jobs = dry_run(finished, changed)
+    assert jobs["train"] == ["synthetic-lenet-single-g1-b128-none"]
+    assert set(jobs) == {"train"} | AGGREGATIONS
+
+
+@pytest.mark.slow
+def test_deleting_one_record_reruns_only_that_cell(finished, tmp_path):
+    record = finished / "results/cells/synthetic-lenet-ddp-g1-b64-gloo/record.json"
+    saved = tmp_path / "record.json"
+    saved.write_bytes(record.read_bytes())
+    record.unlink()
+    try:
+        jobs = dry_run(finished, SMALL)
+    finally:
+        record.write_bytes(saved.read_bytes())
+    assert jobs["train"] == ["synthetic-lenet-ddp-g1-b64-gloo"]
+    assert set(jobs) == {"train"} | AGGREGATIONS
+
+
+@pytest.mark.slow
+def test_editing_plotting_code_schedules_no_training(finished):
+    plots = finished / "dpstudy/plots.py"
+    original = plots.read_text()
+    plots.write_text(original + "\n# an edit\n")
+    try:
+        jobs = dry_run(finished, SMALL)
+    finally:
+        plots.write_text(original)
+    assert set(jobs) == {"figures", "report", "all"}
+
+
+@pytest.mark.slow
+def test_editing_training_code_flags_cells_instead_of_rerunning(finished):
+    train = finished / "dpstudy/train.py"
+    original = train.read_text()
+    train.write_text(original + "\n# an edit\n")
+    try:
+        jobs = dry_run(finished, SMALL)
+        assert "train" not in jobs and {"collect", "report"} <= set(jobs)
+        snakemake(finished, "--cores", "2", "--resources", "gpu=2", "--until", "collect", config=SMALL)
+        stale = (finished / "results/tables/stale.txt").read_text().split()
+        assert len(stale) == len(ALPHA | BETA)
+        # The README's command reruns exactly those cells.
+        rerun = dry_run(finished, SMALL, "--forcerun", *stale)
+        assert set(rerun["train"]) == ALPHA | BETA
+    finally:
+        train.write_text(original)
+
+
+@pytest.mark.slow
+def test_default_study_runs_end_to_end_on_cpu(tmp_path):
+    """`make run` on this machine: DDP over Gloo with 1 and 2 processes, DP and NCCL skipped."""
+    workdir = copy_checkout(tmp_path)
+    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", timeout=900)
+    cells = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
+    ran = cells[cells["status"] == "ok"]
+    ddp = ran[ran["mode"] == "ddp"]
+    assert set(zip(ddp["gpus"], ddp["batch"], ddp["backend"])) == {(1, 64, "gloo"), (2, 64, "gloo"), (1, 256, "gloo"), (2, 256, "gloo")}
+    assert (ran["final_test_acc"] > 0.5).all() and (ddp["speedup"] > 0).all()
+    skipped = cells[cells["status"] == "skipped"]
+    assert set(skipped["mode"]) == {"dp", "ddp"} and set(skipped[skipped["mode"] == "ddp"]["backend"]) == {"nccl"}
+    html = (workdir / "results/report/report.html").read_text()
+    assert "DDP (gloo) on 2 devices was" in html
+    assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
