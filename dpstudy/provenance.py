@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -64,3 +65,10 @@ def git_commit() -> str | None:
 
 def code_version() -> dict[str, str | None]:
     return {"git_commit": git_commit(), "source_hash": source_hash()}
+
+
+def export_checkout(basedir: str) -> None:
+    """Make jobs started from here import dpstudy from `basedir` (the workflow's checkout),
+    not from wherever the package happens to be installed."""
+    paths = [basedir, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))

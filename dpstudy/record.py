@@ -74,21 +74,24 @@ def empty_summary() -> dict[str, Any]:
     return {key: None for key in SUMMARY_FIELDS}
 
 
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON so that `path` is either absent, the old file, or the complete new file."""
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write so that `path` is either absent, the old file, or the complete new file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def write(path: str | Path, record: dict[str, Any]) -> None:

@@ -15,11 +15,23 @@ GRID_DIMENSIONS = ("mode", "gpus", "batch", "backend")
 
 
 class JsonDict(dict):
-    """A dict whose str() is JSON: `{params.spec:q}` in a shell command gives a quoted JSON
-    object, while Snakemake's params trigger still compares the plain dict's repr."""
+    """A key-sorted dict whose str() is JSON: `{params.spec:q}` in a shell command gives a quoted
+    JSON object, while Snakemake's params trigger compares the repr, which depends on nothing
+    but the content (not on the order in which config files were merged)."""
+
+    def __init__(self, data: dict[str, Any]):
+        super().__init__(sorted((k, sort_keys(v)) for k, v in data.items()))
 
     def __str__(self) -> str:
         return json.dumps(self, sort_keys=True)
+
+
+def sort_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: sort_keys(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [sort_keys(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -33,7 +45,7 @@ class Cell:
         return self.spec["gpus"]
 
     def params(self) -> JsonDict:
-        return JsonDict(sorted(self.spec.items()))
+        return JsonDict(self.spec)
 
 
 def load(config: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +130,14 @@ def expand(study: dict[str, Any]) -> list[Cell]:
                     f"sweeps {seen.sweep!r} and {cell.sweep!r} both define cell {cell.id} with different "
                     f"{', '.join(differing)}; vary those keys in a grid or give the sweeps distinct grids")
     return list(cells.values())
+
+
+def write_yaml(study: dict[str, Any], path: str) -> None:
+    import yaml
+
+    from dpstudy.record import write_text_atomic
+
+    write_text_atomic(path, yaml.safe_dump(dict(study), sort_keys=False))
 
 
 def within_gpu_budget(cells: list[Cell], gpu_resource: int | None, needs_gpu) -> tuple[list[Cell], list[Cell]]:

@@ -1,6 +1,6 @@
 # The study config -> the CELLS table, and the small helpers the rules use.
-import os
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
@@ -11,11 +11,10 @@ from dpstudy import study as studies
 from dpstudy.data import DATASETS
 from dpstudy.gpus import visible_gpu_count
 from dpstudy.models import MODELS
+from dpstudy.provenance import export_checkout
 from dpstudy.schema import ConfigError
 
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])
-)
+export_checkout(workflow.basedir)
 
 try:
     STUDY = studies.load(config)
@@ -64,7 +63,11 @@ def cell_dataset(wildcards):
 
 
 def cell_ext(wildcards):
-    return ["results/ext/build.json"] if MODELS[cell_of(wildcards).spec["model"]].needs_ext else []
+    return (
+        ["results/ext/build.json"]
+        if MODELS[cell_of(wildcards).spec["model"]].needs_ext
+        else []
+    )
 
 
 def cell_gpus(wildcards):

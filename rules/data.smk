@@ -4,12 +4,13 @@
 rule prepare_data:
     output:
         f"{DATA_ROOT}/{{dataset}}/meta.json",
-    params:
-        overrides=lambda wc: studies.JsonDict(STUDY["datasets"].get(wc.dataset, {})),
     log:
         f"{DATA_ROOT}/{{dataset}}/prepare.log",
     conda:
         "../envs/train.yaml"
+    params:
+        root=lambda wc, output: Path(output[0]).parent.parent,
+        overrides=lambda wc: studies.JsonDict(STUDY["datasets"].get(wc.dataset, {})),
     shell:
-        "python scripts/prepare_data.py {wildcards.dataset} --root {DATA_ROOT:q}"
+        "python scripts/prepare_data.py {wildcards.dataset} --root {params.root:q}"
         " --overrides {params.overrides:q} > {log:q} 2>&1"

@@ -8,7 +8,7 @@ TABLES = [
 ]
 FIGURE_FILES = [f"results/figures/{name}" for name in FIGURES]
 REPORT_HTML = "results/report/report.html"
-CONFIG_FILES = " ".join(map(str, workflow.configfiles))
+STUDY_YAML = "results/report/study.yaml"
 
 
 rule collect:
@@ -45,22 +45,39 @@ rule figures:
         "python scripts/figures.py --tables results/tables --out results/figures > {log:q} 2>&1"
 
 
+localrules:
+    study_config,
+
+
+rule study_config:
+    output:
+        STUDY_YAML,
+    log:
+        "results/logs/study_config.log",
+    params:
+        study=studies.JsonDict(STUDY),
+    run:
+        # The study as it ran (every default filled in), shown at the end of the report.
+        studies.write_yaml(STUDY, output[0])
+
+
 rule report:
     input:
         notebook="notebooks/report.ipynb",
+        study=STUDY_YAML,
         tables=TABLES,
         figures=FIGURE_FILES,
         code=["dpstudy/findings.py", "scripts/report.py"],
     output:
         notebook="results/report/report.ipynb",
         html=REPORT_HTML,
-    params:
-        study=STUDY["study"],
     log:
         "results/logs/report.log",
     conda:
         "../envs/report.yaml"
+    params:
+        study=STUDY["study"],
     shell:
         "python scripts/report.py --notebook {input.notebook} --out-dir results/report"
-        " --study {params.study} --config {CONFIG_FILES:q} --tables results/tables"
+        " --study {params.study} --config {input.study} --tables results/tables"
         " --figures results/figures --bench results/bench > {log:q} 2>&1"

@@ -12,13 +12,13 @@ rule train:
         "results/cells/{cell}/train.log",
     benchmark:
         "results/cells/{cell}/benchmark.tsv"
-    params:
-        spec=cell_spec,
+    conda:
+        "../envs/train.yaml"
     threads: cell_threads
     resources:
         gpu=cell_gpus,
-    conda:
-        "../envs/train.yaml"
+    params:
+        spec=cell_spec,
     shell:
         # A failed cell still leaves its record (status failed, with the error) for the report;
         # only a run that wrote no valid record fails the job.
@@ -29,7 +29,7 @@ rule train:
             launch=python
         fi
         python -m dpstudy.gpus --gpus {resources.gpu} -- $launch scripts/train.py \\
-            --spec {params.spec:q} --out results/cells/{wildcards.cell} --cell {wildcards.cell} \\
-            --cores {threads} > {log:q} 2>&1 \\
-        || python -m dpstudy.record --status failed {output:q} >> {log:q} 2>&1
+        --spec {params.spec:q} --out results/cells/{wildcards.cell} --cell {wildcards.cell} \\
+        --cores {threads} >{log:q} 2>&1 \
+            || python -m dpstudy.record --status failed {output:q} >>{log:q} 2>&1
         """
