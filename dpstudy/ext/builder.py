@@ -1,0 +1,198 @@
+"""Build the dpstudy operator library with torch.utils.cpp_extension and describe it in build.json.
+
+The compiler runs in a child Python process: cpp_extension loads what it builds into the process
+that built it, and a process can hold only one library for the `dpstudy` namespace. The child
+compiles, loads the library and lists its operators; only then is the .so moved into place and
+build.json written (both atomically), so a failed build never leaves a half-built extension.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dpstudy.record import write_json_atomic
+
+NAME = "dpstudy_ext"
+SO_NAME = f"{NAME}.so"
+CSRC = Path(__file__).resolve().parent / "csrc"
+OPS = ("rgb_to_grayscale", "conv2d", "conv2d_backward", "max_pool2d", "max_pool2d_backward")
+SCHEMA = "dpstudy.ext-build/1"
+# Without a visible GPU: A100 (8.0) and H100/H200 (9.0), the GPUs this project runs on.
+DEFAULT_CUDA_ARCH = "8.0;9.0"
+CFLAGS = ["-O3", "-fopenmp"]  # at::parallel_for is OpenMP inline code: without -fopenmp it runs serially
+LDFLAGS = ["-fopenmp"]
+CUDA_CFLAGS = ["-O3"]
+
+
+def sources(with_cuda: bool) -> list[Path]:
+    files = sorted(CSRC.glob("*.cpp"))
+    return files + sorted((CSRC / "cuda").glob("*.cu")) if with_cuda else files
+
+
+def sources_sha256() -> str:
+    """Hash of every file under csrc/ (headers included), by relative path and content."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in CSRC.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def cuda_plan(cpu_only: bool | None, cuda_arch: str | None) -> dict[str, Any]:
+    """Whether CUDA kernels go in, for which architectures, and why not when they don't."""
+    import torch
+
+    if cpu_only is None:
+        cpu_only = os.environ.get("DPSTUDY_EXT_CPU_ONLY", "") == "1"
+    home = cuda_home()
+    if cpu_only:
+        note = "CPU-only build requested (cpu_only=True or DPSTUDY_EXT_CPU_ONLY=1)"
+    elif torch.version.cuda is None:
+        note = f"CPU-only build: torch {torch.__version__} has no CUDA"
+    elif home is None:
+        note = "CPU-only build: no CUDA toolkit (bin/nvcc + include/cuda_runtime.h) found; set CUDA_HOME"
+    else:
+        arch, arch_source = _cuda_arch(cuda_arch)
+        return {"with_cuda": True, "cuda_arch": arch, "cuda_arch_source": arch_source, "cuda_home": str(home),
+                "nvcc": _version(home / "bin" / "nvcc"), "note": None}
+    return {"with_cuda": False, "cuda_arch": [], "cuda_arch_source": None, "cuda_home": None, "nvcc": None,
+            "note": note}
+
+
+def cuda_home() -> Path | None:
+    """The CUDA toolkit: $CUDA_HOME or $CUDA_PATH, else torch's guess, else /usr/local/cuda.
+
+    torch guesses from the nvcc on PATH, which is wrong when that nvcc is a wrapper script
+    outside the toolkit, hence the check for the headers.
+    """
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    for candidate in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), CUDA_HOME, "/usr/local/cuda"):
+        if candidate and all((Path(candidate) / f).exists() for f in ("bin/nvcc", "include/cuda_runtime.h")):
+            return Path(candidate)
+    return None
+
+
+def _cuda_arch(cuda_arch: str | None) -> tuple[list[str], str]:
+    import torch
+
+    if cuda_arch:
+        return _split_arch(cuda_arch), "argument"
+    if torch.cuda.is_available():
+        caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+        return sorted(f"{major}.{minor}" for major, minor in caps), "visible GPUs"
+    return _split_arch(DEFAULT_CUDA_ARCH), "default (no visible GPU)"
+
+
+def _split_arch(text: str) -> list[str]:
+    return [a for a in text.replace(",", ";").replace(" ", ";").split(";") if a]
+
+
+def _version(program: str | Path) -> str:
+    """The first line of `program --version`; for nvcc the one with the release number."""
+    try:
+        out = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({err})"
+    lines = [line.strip() for line in out.splitlines() if line.strip()] or ["unknown"]
+    if Path(program).name == "nvcc":
+        return next((line for line in lines if "release" in line), lines[-1])
+    return lines[0]
+
+
+def _cached(path: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
+    """The existing build.json when its .so is present and it was built from the same inputs."""
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = all(info.get(key) == value for key, value in expected.items())
+    return info if same and Path(info.get("so", "")).exists() else None
+
+
+def build(out_dir: str | Path = "results/ext", cuda_arch: str | None = None, cpu_only: bool | None = None,
+          force: bool = False) -> dict[str, Any]:
+    """Build the library into `out_dir` and return build.json's content.
+
+    An up-to-date build (same sources, torch and CUDA plan) is reused unless `force`; ninja keeps
+    `out_dir/build` so that a rebuild recompiles only changed files.
+    """
+    import torch
+
+    out = Path(out_dir).resolve()
+    plan = cuda_plan(cpu_only, cuda_arch)
+    if plan["note"]:
+        print(f"dpstudy.ext: {plan['note']}", file=sys.stderr)
+    expected = {"schema": SCHEMA, "torch": torch.__version__, "sources_sha256": sources_sha256(),
+                "with_cuda": plan["with_cuda"], "cuda_arch": plan["cuda_arch"]}
+    if not force and (info := _cached(out / "build.json", expected)):
+        return info
+    start = time.perf_counter()
+    built = _compile_in_child(out / "build", sources(plan["with_cuda"]), plan)
+    tmp = out / f".{SO_NAME}.{os.getpid()}.tmp"
+    shutil.copy2(built["so"], tmp)
+    os.replace(tmp, out / SO_NAME)  # a rename: processes that mapped the old file keep it intact
+    info = {
+        **expected,
+        "so": str(out / SO_NAME),
+        "ops": built["ops"],
+        "cuda_arch_source": plan["cuda_arch_source"],
+        "note": plan["note"],
+        "torch_cuda": torch.version.cuda,
+        "cuda_home": plan["cuda_home"],
+        "nvcc": plan["nvcc"],
+        "cxx": _version(os.environ.get("CXX", "c++")),
+        "cflags": CFLAGS,
+        "cuda_cflags": CUDA_CFLAGS if plan["with_cuda"] else [],
+        "sources": [str(p.relative_to(CSRC.parent)) for p in sources(plan["with_cuda"])],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "build_s": round(time.perf_counter() - start, 1),
+    }
+    write_json_atomic(out / "build.json", info)
+    return info
+
+
+def _compile_in_child(build_dir: Path, files: list[Path], plan: dict[str, Any]) -> dict[str, Any]:
+    build_dir.mkdir(parents=True, exist_ok=True)
+    # The child imports this package even when it is not installed.
+    path = os.pathsep.join(filter(None, [str(CSRC.parents[2]), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    if plan["with_cuda"]:
+        env.update(CUDA_HOME=plan["cuda_home"], TORCH_CUDA_ARCH_LIST=";".join(plan["cuda_arch"]))
+    spec = {"build_dir": str(build_dir), "sources": [str(f) for f in files], "with_cuda": plan["with_cuda"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp, "result.json")
+        code = "import sys; from dpstudy.ext.builder import _compile_and_load; _compile_and_load(*sys.argv[1:])"
+        # The compiler's output goes to stderr: the caller's log, not its stdout.
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec), str(result)], env=env,
+                              stdout=sys.stderr)
+        if proc.returncode != 0 or not result.exists():
+            raise RuntimeError(f"dpstudy.ext: building {NAME} in {build_dir} failed (exit {proc.returncode}); "
+                               "the compiler's messages are above")
+        return json.loads(result.read_text())
+
+
+def _compile_and_load(spec_json: str, result_path: str) -> None:
+    """Child process: compile, load, check that every operator registered, report."""
+    import torch
+    from torch.utils import cpp_extension
+
+    spec = json.loads(spec_json)
+    so = cpp_extension.load(
+        name=NAME, sources=spec["sources"], build_directory=spec["build_dir"], extra_cflags=CFLAGS,
+        extra_ldflags=LDFLAGS, extra_cuda_cflags=CUDA_CFLAGS, with_cuda=spec["with_cuda"],
+        is_python_module=False, verbose=True,
+    )
+    missing = [op for op in OPS if not hasattr(torch.ops.dpstudy, op)]
+    if missing:
+        raise RuntimeError(f"dpstudy.ext: {so} loaded but does not register {missing}")
+    Path(result_path).write_text(json.dumps({"so": str(so), "ops": list(OPS)}))

@@ -1,0 +1,49 @@
+"""Find and load the built operator library (once per process)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .builder import SO_NAME, build, sources_sha256
+
+REPO = Path(__file__).resolve().parents[2]
+_loaded: Path | None = None
+
+
+def default_dir() -> Path:
+    """$DPSTUDY_EXT_DIR, else results/ext in the repository."""
+    return Path(os.environ.get("DPSTUDY_EXT_DIR") or REPO / "results" / "ext")
+
+
+def load_library(out_dir: str | Path | None = None) -> Path:
+    """Load `out_dir`/dpstudy_ext.so into this process, building it first if absent.
+
+    Without `out_dir`, whichever library is already loaded serves (ops.py relies on that).
+    """
+    global _loaded
+    out = Path(out_dir) if out_dir else default_dir()
+    so = (out / SO_NAME).resolve()
+    if _loaded is not None:
+        # The `dpstudy` namespace can be registered once per process: keep the first library.
+        if out_dir is not None and so != _loaded:
+            print(f"dpstudy.ext: already loaded {_loaded}; not loading {so}", file=sys.stderr)
+        return _loaded
+    if not so.exists():
+        build(out)
+    elif _stale(out / "build.json"):
+        print(f"dpstudy.ext: {so} was built from older sources; rebuild with "
+              f"`python scripts/build_ext.py --out {out}`", file=sys.stderr)
+    import torch
+
+    torch.ops.load_library(str(so))
+    _loaded = so
+    return so
+
+
+def _stale(build_json: Path) -> bool:
+    try:
+        return json.loads(build_json.read_text()).get("sources_sha256") != sources_sha256()
+    except (OSError, ValueError):
+        return True
