@@ -14,6 +14,7 @@ With a GPU: (c) >= 20x faster than (a), data wait under 5 % of the epoch.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 
@@ -69,15 +70,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of (c) and (d); the median is reported")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as root:
         data.prepare("synthetic", root)
-        results = {key: steady_epoch(settings, root, args.device) for key, (_, settings) in VARIANTS.items()}
-        results["d"] = bound_epoch(root, args.device)
+        results = {key: steady_epoch(settings, root, args.device) for key, (_, settings) in VARIANTS.items()
+                   if key in ("a", "b")}
+        # (c) and (d) are close, so machine noise matters: alternate them and keep the median.
+        runs = {"c": [], "d": []}
+        for _ in range(args.repeats):
+            runs["c"].append(steady_epoch(VARIANTS["c"][1], root, args.device))
+            runs["d"].append(bound_epoch(root, args.device))
+        for key, epochs in runs.items():
+            results[key] = min(epochs, key=lambda e: abs(e["wall_s"] - statistics.median(r["wall_s"] for r in epochs)))
     names = {**{k: v[0] for k, v in VARIANTS.items()}, "d": "bound: bare step, pre-made tensors"}
     print(f"lenet / synthetic (10000 samples), batch 64, steady epoch, {args.threads} threads, "
-          f"device {args.device}")
+          f"device {args.device}; (c) and (d): median of {args.repeats}")
     print(f"| run | loader | epoch s | samples/s | data wait | vs (a) |")
     print(f"|---|---|---|---|---|---|")
     for key, r in results.items():

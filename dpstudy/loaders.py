@@ -107,42 +107,64 @@ class TorchLoader:
 
 # ---- loader: device --------------------------------------------------------------------------
 
-def random_affine(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """RandomAffine(15, translate 0.1, scale 0.8-1.2) for a whole batch: one grid_sample call."""
-    n, dev = x.shape[0], x.device
-    uniform = lambda lo, hi: torch.rand(n, device=dev, generator=g) * (hi - lo) + lo  # noqa: E731
-    angle = torch.deg2rad(uniform(-AFFINE_DEGREES, AFFINE_DEGREES))
-    scale = uniform(*AFFINE_SCALE)
-    # affine_grid works in [-1, 1] coordinates: a shift of t * size pixels is 2 * t there.
-    tx, ty = uniform(-AFFINE_TRANSLATE, AFFINE_TRANSLATE) * 2, uniform(-AFFINE_TRANSLATE, AFFINE_TRANSLATE) * 2
+# Augmentation on the device draws every sample's parameters for the whole epoch in one call,
+# so a batch costs a slice and a few tensor ops, never per-sample Python work.
+
+def affine_params(n: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+    """[n, 2, 3] inverse affine matrices of RandomAffine(15, translate 0.1, scale 0.8-1.2)."""
+    u = torch.rand(n, 4, device=device, generator=g) * 2 - 1  # uniform in [-1, 1]
+    angle = torch.deg2rad(u[:, 0] * AFFINE_DEGREES)
+    lo, hi = AFFINE_SCALE
+    scale = (u[:, 1] + 1) / 2 * (hi - lo) + lo
+    # affine_grid coordinates span [-1, 1]: a shift of t * size pixels is 2 * t there.
+    tx, ty = u[:, 2] * AFFINE_TRANSLATE * 2, u[:, 3] * AFFINE_TRANSLATE * 2
     cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
     # The grid maps output to input pixels, so it holds the inverse of rotate-scale-translate.
-    theta = torch.stack([
+    return torch.stack([
         torch.stack([cos, sin, -(cos * tx + sin * ty)], 1),
         torch.stack([-sin, cos, -(-sin * tx + cos * ty)], 1),
     ], 1)
-    grid = F.affine_grid(theta.to(x.dtype), list(x.shape), align_corners=False)
-    # Nearest and zero fill, as torchvision's RandomAffine defaults.
-    return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
 
-def random_crop_flip(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """RandomCrop(size, padding=4) + RandomHorizontalFlip for a whole batch by gather."""
+def base_grid(h: int, w: int, device: torch.device) -> torch.Tensor:
+    """Pixel centres in [-1, 1] (align_corners=False), [h*w, 2] as (x, y)."""
+    xs = (torch.arange(w, device=device) * 2 + 1) / w - 1
+    ys = (torch.arange(h, device=device) * 2 + 1) / h - 1
+    return torch.stack([xs.expand(h, w), ys[:, None].expand(h, w)], -1).reshape(h * w, 2)
+
+
+def random_affine(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Apply [n, 2, 3] inverse affine matrices: one grid and one grid_sample for the batch."""
     n, _, h, w = x.shape
-    p, dev = CROP_PADDING, x.device
-    padded = F.pad(x, (p, p, p, p))
-    top = torch.randint(0, 2 * p + 1, (n,), device=dev, generator=g)
-    left = torch.randint(0, 2 * p + 1, (n,), device=dev, generator=g)
-    rows = (top[:, None] + torch.arange(h, device=dev))[:, None, :, None]
-    cols = (left[:, None] + torch.arange(w, device=dev))[:, None, None, :]
-    flip = torch.rand(n, device=dev, generator=g) < 0.5
-    cols = torch.where(flip[:, None, None, None], cols.flip(-1), cols)
+    base = base_grid(h, w, x.device)
+    # Same grid as F.affine_grid, by broadcasting (several times faster for small images).
+    grid = base[None, :, 0:1] * theta[:, None, :, 0] + base[None, :, 1:2] * theta[:, None, :, 1] + theta[:, None, :, 2]
+    # Nearest and zero fill, as torchvision's RandomAffine defaults.
+    return F.grid_sample(x, grid.view(n, h, w, 2), mode="nearest", padding_mode="zeros", align_corners=False)
+
+
+def crop_flip_params(n: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+    """[n, 3] integers: crop top, crop left, flip (0/1)."""
+    offsets = torch.randint(0, 2 * CROP_PADDING + 1, (n, 2), device=device, generator=g)
+    flips = torch.randint(0, 2, (n, 1), device=device, generator=g)
+    return torch.cat([offsets, flips], 1)
+
+
+def random_crop_flip(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """RandomCrop(size, padding=4) + RandomHorizontalFlip for a whole batch by one gather."""
+    n, c, h, w = x.shape
+    dev = x.device
+    padded = F.pad(x, (CROP_PADDING,) * 4)
+    rows = (params[:, 0:1] + torch.arange(h, device=dev))[:, None, :, None]
+    cols = params[:, 1:2] + torch.arange(w, device=dev)
+    cols = torch.where(params[:, 2:3].bool(), cols.flip(-1), cols)[:, None, None, :]
     batch = torch.arange(n, device=dev)[:, None, None, None]
-    chans = torch.arange(x.shape[1], device=dev)[None, :, None, None]
+    chans = torch.arange(c, device=dev)[None, :, None, None]
     return padded[batch, chans, rows, cols]
 
 
-AUGMENT_ON_DEVICE = {"none": lambda x, g: x, "affine": random_affine, "crop_flip": random_crop_flip}
+# augment -> (draw an epoch's parameters, apply a batch's slice of them)
+AUGMENT_ON_DEVICE = {"affine": (affine_params, random_affine), "crop_flip": (crop_flip_params, random_crop_flip)}
 
 
 class DeviceLoader:
@@ -153,7 +175,7 @@ class DeviceLoader:
         self.images = images.to(device)
         self.labels = labels.to(device)
         self.batch, self.shard, self.seed, self.train = batch, shard, seed, train
-        self.augment = AUGMENT_ON_DEVICE[augment if train else "none"]
+        self.augment = AUGMENT_ON_DEVICE.get(augment) if train else None
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
         self.device, self.channels_last = device, channels_last
@@ -174,9 +196,14 @@ class DeviceLoader:
         return math.ceil(len(self.indices()) / self.batch)
 
     def __iter__(self) -> Iterator[Batch]:
-        for chunk in self.indices().to(self.device).split(self.batch):
+        indices = self.indices().to(self.device)
+        params = self.augment[0](len(indices), self.generator, self.device) if self.augment else None
+        for start in range(0, len(indices), self.batch):
+            chunk = indices[start : start + self.batch]
             x = self.images[chunk].float().div_(255)
-            x = (self.augment(x, self.generator) - self.mean) / self.std
+            if self.augment:
+                x = self.augment[1](x, params[start : start + self.batch])
+            x = (x - self.mean) / self.std
             if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             yield x, self.labels[chunk]

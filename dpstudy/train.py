@@ -52,8 +52,9 @@ class Trainer:
     def train_epoch(self, epoch: int) -> dict:
         self.model.train()
         self.train_data.set_epoch(epoch)
-        totals = torch.zeros(3, dtype=torch.float64, device=self.par.device)  # loss sum, correct, samples
-        data_wait, steps = 0.0, 0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.par.device)
+        correct = torch.zeros((), dtype=torch.int64, device=self.par.device)
+        data_wait, steps, samples = 0.0, 0, 0
         self.par.synchronize()
         start = time.perf_counter()
         batches = iter(self.train_data)
@@ -66,10 +67,13 @@ class Trainer:
             data_wait += time.perf_counter() - before
             steps += 1
             self.fault(epoch, steps)
-            loss_sum, correct = self.step(x, y)
-            totals += torch.stack([loss_sum.double(), correct.double(), torch.tensor(len(y), device=totals.device, dtype=torch.float64)])
+            batch_loss, batch_correct = self.step(x, y)
+            loss_sum += batch_loss  # device-side sums: no host sync inside the epoch
+            correct += batch_correct
+            samples += len(y)
         self.par.synchronize()
         wall = time.perf_counter() - start
+        totals = torch.stack([loss_sum, correct.double(), torch.tensor(float(samples), device=loss_sum.device)])
         loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
         return {"train_loss": loss_sum / samples, "train_acc": correct / samples, "wall_s": wall,
                 "data_wait_s": data_wait, "compute_s": wall - data_wait, "samples": int(samples),

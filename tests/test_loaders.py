@@ -2,7 +2,8 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from dpstudy.loaders import DeviceLoader, Shard, TorchLoader, epoch_indices, eval_indices, random_affine, random_crop_flip
+from dpstudy.loaders import (DeviceLoader, Shard, TorchLoader, affine_params, crop_flip_params, epoch_indices,
+                             eval_indices, random_affine, random_crop_flip)
 
 N = 96
 IMAGES = torch.randint(0, 256, (N, 3, 8, 8), dtype=torch.uint8)
@@ -61,21 +62,30 @@ def test_device_loader_normalises_with_the_dataset_statistics():
     assert torch.equal(y, LABELS)
 
 
-def test_affine_identity_parameters_keep_the_image():
+def test_affine_grid_matches_torch_and_moves_almost_every_sample():
     g = torch.Generator().manual_seed(0)
     x = torch.rand(64, 1, 16, 16)
-    out = random_affine(x, g)
-    assert out.shape == x.shape
-    changed = (out != x).flatten(1).any(1)
-    assert changed.float().mean() > 0.9  # almost every sample is moved
-    # Zero fill: corners rotate out of the image some of the time, never into values > 1.
-    assert out.max() <= 1 and out.min() >= 0
+    theta = affine_params(64, g, torch.device("cpu"))
+    grid = torch.nn.functional.affine_grid(theta, [64, 1, 16, 16], align_corners=False)
+    expected = torch.nn.functional.grid_sample(x, grid, mode="nearest", align_corners=False)
+    out = random_affine(x, theta)
+    assert (out != expected).float().mean() < 1e-3  # same grid up to rounding at pixel borders
+    assert (out != x).flatten(1).any(1).float().mean() > 0.9
+    assert out.max() <= 1 and out.min() >= 0  # zero fill, never new values
+
+
+def test_affine_parameters_follow_source_002():
+    theta = affine_params(20000, torch.Generator().manual_seed(1), torch.device("cpu"))
+    linear = theta[:, :, :2]
+    scale = 1 / linear.det().sqrt()  # inverse matrices: det = 1 / scale^2
+    angle = torch.rad2deg(torch.atan2(linear[:, 0, 1], linear[:, 0, 0]))
+    assert 0.8 <= scale.min() and scale.max() <= 1.2 and scale.max() > 1.19
+    assert angle.abs().max() <= 15.0001 and angle.abs().max() > 14.9
 
 
 def test_crop_flip_is_a_shifted_possibly_flipped_copy():
-    g = torch.Generator().manual_seed(1)
     x = torch.arange(2 * 8 * 8, dtype=torch.float32).view(2, 1, 8, 8) + 1
-    out = random_crop_flip(x, g)
+    out = random_crop_flip(x, crop_flip_params(2, torch.Generator().manual_seed(1), torch.device("cpu")))
     for i in range(2):
         padded = torch.nn.functional.pad(x[i], (4, 4, 4, 4))
         candidates = [padded[:, t:t + 8, l:l + 8] for t in range(9) for l in range(9)]
