@@ -12,6 +12,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/ext.smk"
 include: "rules/train.smk"
+include: "rules/bench.smk"
 include: "rules/report.smk"
 
 

@@ -53,8 +53,13 @@ def load(config: dict[str, Any]) -> dict[str, Any]:
     study = copy.deepcopy(config)
     schema.check(study, where="config: ")
     for key, prop in schema.schema()["properties"].items():
-        if "default" in schema.resolve(prop):
-            study.setdefault(key, copy.deepcopy(schema.resolve(prop)["default"]))
+        prop = schema.resolve(prop)
+        if "default" in prop:
+            study.setdefault(key, copy.deepcopy(prop["default"]))
+        if prop.get("type") == "object" and "properties" in prop:  # e.g. ext, bench
+            for inner, inner_prop in prop["properties"].items():
+                if "default" in inner_prop:
+                    study[key].setdefault(inner, inner_prop["default"])
     names = [s["name"] for s in study["sweeps"]]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:

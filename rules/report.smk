@@ -8,6 +8,15 @@ TABLES = [
 ]
 FIGURE_FILES = [f"results/figures/{name}" for name in FIGURES]
 REPORT_HTML = "results/report/report.html"
+# The microbenchmarks the study asks for (config `bench`), shown in the report.
+BENCH_FILES = [
+    path
+    for path, wanted in (
+        ("results/bench/kernels.csv", STUDY["bench"]["kernels"]),
+        ("results/bench/comm.csv", STUDY["bench"]["comm"]),
+    )
+    if wanted
+]
 STUDY_YAML = "results/report/study.yaml"
 
 
@@ -67,6 +76,7 @@ rule report:
         study=STUDY_YAML,
         tables=TABLES,
         figures=FIGURE_FILES,
+        bench=BENCH_FILES,
         code=["dpstudy/findings.py", "scripts/report.py"],
     output:
         notebook="results/report/report.ipynb",

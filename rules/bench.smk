@@ -1,0 +1,43 @@
+# Side branches: the extension's kernels vs Python loops vs PyTorch, and all-reduce bandwidth.
+
+
+rule kernel_bench:
+    input:
+        ext="results/ext/build.json",
+        code=[
+            "dpstudy/bench/kernels.py",
+            "dpstudy/bench/loops.py",
+            "scripts/kernel_bench.py",
+        ],
+    output:
+        csv="results/bench/kernels.csv",
+        png=report("results/figures/kernels.png", category="Microbenchmarks"),
+    log:
+        "results/logs/kernel_bench.log",
+    conda:
+        "../envs/train.yaml"
+    threads: workflow.cores
+    resources:
+        gpu=1 if CUDA_POSSIBLE else 0,
+    shell:
+        "OMP_NUM_THREADS={threads} python -m dpstudy.gpus --gpus {resources.gpu} --"
+        " python scripts/kernel_bench.py --ext results/ext --out {output.csv:q} --png {output.png:q}"
+        " > {log:q} 2>&1"
+
+
+rule comm_bench:
+    input:
+        code=["dpstudy/bench/comm.py", "scripts/comm_bench.py"],
+    output:
+        csv="results/bench/comm.csv",
+        png=report("results/figures/comm.png", category="Microbenchmarks"),
+    log:
+        "results/logs/comm_bench.log",
+    conda:
+        "../envs/train.yaml"
+    threads: 2
+    resources:
+        gpu=2 if CUDA_POSSIBLE else 0,
+    shell:
+        "python -m dpstudy.gpus --gpus {resources.gpu} --"
+        " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q} > {log:q} 2>&1"
