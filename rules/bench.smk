@@ -35,7 +35,7 @@ rule comm_bench:
         "results/logs/comm_bench.log",
     conda:
         "../envs/train.yaml"
-    threads: 2
+    threads: workflow.cores
     resources:
         gpu=2 if CUDA_POSSIBLE else 0,
     shell:

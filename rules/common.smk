@@ -74,10 +74,20 @@ def cell_gpus(wildcards):
     return cell_of(wildcards).gpus if needs_gpu(cell_of(wildcards)) else 0
 
 
-def cell_threads(wildcards):
-    # On CPU a device is one process on one core; DataLoader workers need cores of their own.
+def cell_cores(wildcards):
+    # A device is one process on one core on CPU; DataLoader workers need cores of their own.
     spec = cell_of(wildcards).spec
     return spec["gpus"] * (1 + spec["workers"])
+
+
+def cell_threads(wildcards):
+    # On CPU the cores are what a cell measures: it takes the whole machine, so no other job
+    # (another cell, the extension build) competes with it. GPU cells share the host.
+    return (
+        cell_cores(wildcards)
+        if CUDA_POSSIBLE
+        else max(cell_cores(wildcards), workflow.cores)
+    )
 
 
 def cell_launcher(wildcards):

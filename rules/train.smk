@@ -17,6 +17,7 @@ rule train:
     threads: cell_threads
     resources:
         gpu=cell_gpus,
+        cell_cores=cell_cores,
     params:
         spec=cell_spec,
     shell:
@@ -30,6 +31,6 @@ rule train:
         fi
         python -m dpstudy.gpus --gpus {resources.gpu} -- $launch scripts/train.py \\
         --spec {params.spec:q} --out results/cells/{wildcards.cell} --cell {wildcards.cell} \\
-        --cores {threads} >{log:q} 2>&1 \
+        --cores {resources.cell_cores} >{log:q} 2>&1 \
             || python -m dpstudy.record --status failed {output:q} >>{log:q} 2>&1
         """
