@@ -25,6 +25,7 @@ TRAINING_SOURCES = (
     "dpstudy/train.py",
     "dpstudy/ext/csrc",
     "dpstudy/ext/ops.py",
+    "dpstudy/ext/layers.py",
     "scripts/train.py",
 )
 

@@ -51,6 +51,11 @@ class Cell:
 def load(config: dict[str, Any]) -> dict[str, Any]:
     """The validated study with every documented default filled in."""
     study = copy.deepcopy(config)
+    sweeps = study.get("sweeps")
+    for i, sweep in enumerate(sweeps if isinstance(sweeps, list) else []):
+        # Checked one by one first, so that an error names the sweep rather than its index.
+        label = sweep.get("name", f"#{i + 1}") if isinstance(sweep, dict) else f"#{i + 1}"
+        schema.check(sweep, "sweep", where=f"sweep {label!r}: ")
     schema.check(study, where="config: ")
     for key, prop in schema.schema()["properties"].items():
         prop = schema.resolve(prop)

@@ -283,3 +283,27 @@ def test_cuda_sources_compile():
     assert info["with_cuda"] and info["cuda_arch"] == ["8.0"] and info["note"] is None
     assert {"csrc/cuda/conv2d.cu", "csrc/cuda/max_pool2d.cu", "csrc/cuda/grayscale.cu"} <= set(info["sources"])
     assert all((out / "build" / f"{name}.cuda.o").exists() for name in ("conv2d", "max_pool2d", "grayscale"))
+
+
+@pytest.mark.slow
+def test_lenet_ext_trains_under_ddp_through_the_entry_point(ops, tmp_path):
+    """lenet_ext in a real torchrun job over Gloo, loading the built extension in every rank."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from dpstudy import data, record
+
+    data.prepare("synthetic", tmp_path / "data", {"train_size": 512, "test_size": 128})
+    spec = {"dataset": "synthetic", "model": "lenet_ext", "mode": "ddp", "gpus": 2, "backend": "gloo",
+            "epochs": 2, "data_root": str(tmp_path / "data")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(REPO / "scripts/train.py"), "--spec", json.dumps(spec), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "DPSTUDY_EXT_DIR": str(EXT_TEST_DIR)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = record.read(tmp_path / "out/record.json")
+    assert rec["status"] == "ok" and rec["env"]["world_size"] == 2
+    assert rec["epochs"][1]["train_loss"] < rec["epochs"][0]["train_loss"]

@@ -138,3 +138,29 @@ def test_lenet_learns_synthetic_to_90_percent_with_defaults(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rec = record.read(tmp_path / "out/record.json")
     assert rec["spec"]["epochs"] == 3 and rec["summary"]["final_test_acc"] >= 0.90
+
+
+@pytest.mark.parametrize("settings", [{"precision": "bf16", "channels_last": True}, {"precision": "fp16"},
+                                      {"optimizer": "adam", "lr": 0.001, "loader": "torch", "workers": 1,
+                                       "augment": "crop_flip", "batch_scope": "per_device"}])
+def test_other_settings_train(data_root, tmp_path, settings):
+    proc = train(spec_for(data_root, epochs=1, **settings), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "ok" and rec["spec"] == {**rec["spec"], **settings}
+    assert rec["epochs"][0]["train_loss"] < 2.3  # below chance level: it learned something
+
+
+@pytest.mark.slow
+def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(data_root, tmp_path):
+    # torchrun --standalone binds its rendezvous store to a port the kernel picks (port 0), so
+    # two jobs started at the same moment on one machine cannot collide.
+    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
+    launcher = TORCHRUN + ["--nproc-per-node=2", str(REPO / "scripts/train.py"), "--spec", json.dumps(spec)]
+    jobs = [subprocess.Popen(launcher + ["--out", str(tmp_path / name), "--cores", "1"], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
+    for job in jobs:
+        output, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, output
+    for name in ("a", "b"):
+        assert record.read(tmp_path / name / "record.json")["status"] == "ok"

@@ -47,9 +47,11 @@ def bad(config_change) -> dict:
 @pytest.mark.parametrize("change, message", [
     (lambda c: c.update(colour="red"), "unknown key 'colour'"),
     (lambda c: c["sweeps"][0].update(dataset="imagenet"), "sweep 'alpha': dataset 'imagenet'"),
-    (lambda c: c["sweeps"][0]["grid"].update(optimizer=["lbfgs"]), "optimizer"),
+    (lambda c: c["sweeps"][0]["grid"].update(optimizer=["lbfgs"]), "sweep 'alpha': optimizer: 'lbfgs' is not one of"),
     (lambda c: c["sweeps"][0]["grid"].update(batch=[63]), "sweep 'alpha': batch 63 is not divisible by gpus 2"),
-    (lambda c: c["sweeps"][1].update(name="beta; rm -rf /"), "sweeps.1.name"),
+    (lambda c: c["sweeps"][1].update(name="beta; rm -rf /"), "sweep 'beta; rm -rf /': name: 'beta; rm -rf /' does not match"),
+    (lambda c: c["sweeps"][0].update(colour=1), "sweep 'alpha': unknown key 'colour'"),
+    (lambda c: c["sweeps"][0].update(set={"optimizer": "lbfgs"}), "sweep 'alpha': set.optimizer: 'lbfgs' is not one of"),
     (lambda c: c["sweeps"][0]["grid"].update(colour=[1]), "sweep 'alpha': unknown grid key 'colour'"),
     (lambda c: c["sweeps"][1].update(name="alpha"), "sweep name 'alpha' is used more than once"),
 ])

@@ -44,10 +44,14 @@ def _shape(*shapes: tuple[int, ...]) -> str:
 
 
 def grayscale_cases(ops: ModuleType, device: str, quick: bool) -> list[Case]:
+    from torchvision.transforms.v2.functional import rgb_to_grayscale as tv_gray
+
     images = torch.randint(0, 256, GRAY_SHAPE, dtype=torch.uint8, device=device)
     shape = _shape(GRAY_SHAPE)
     cases = [Case("rgb_to_grayscale", shape, "pytorch", device, lambda: reference.rgb_to_grayscale(images),
                   note="dpstudy.ext.reference: int32 weighted sum, same rounding"),
+             Case("rgb_to_grayscale", shape, "torchvision", device, lambda: tv_gray(images),
+                  note="torchvision.transforms.v2.functional.rgb_to_grayscale (float weights, truncates)"),
              Case("rgb_to_grayscale", shape, "extension", device, lambda: ops.rgb_to_grayscale(images))]
     if device == "cpu":
         rows = 2 if quick else 16
