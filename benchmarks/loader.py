@@ -87,8 +87,8 @@ def main() -> None:
     names = {**{k: v[0] for k, v in VARIANTS.items()}, "d": "bound: bare step, pre-made tensors"}
     print(f"lenet / synthetic (10000 samples), batch 64, steady epoch, {args.threads} threads, "
           f"device {args.device}; (c) and (d): median of {args.repeats}")
-    print(f"| run | loader | epoch s | samples/s | data wait | vs (a) |")
-    print(f"|---|---|---|---|---|---|")
+    print("| run | loader | epoch s | samples/s | data wait | vs (a) |")
+    print("|---|---|---|---|---|---|")
     for key, r in results.items():
         print(f"| ({key}) | {names[key]} | {r['wall_s']:.2f} | {r['samples_per_s']:.0f} | "
               f"{r['data_wait_s'] / r['wall_s']:.1%} | {results['a']['wall_s'] / r['wall_s']:.2f}x |")

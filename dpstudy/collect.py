@@ -6,11 +6,8 @@ old or the complete new file.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ import pandas as pd
 from jsonschema import ValidationError
 
 from dpstudy import record, schema
+from dpstudy.atomic import atomic_output
 from dpstudy.record import EPOCH_FIELDS, SUMMARY_FIELDS
 
 SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
@@ -166,28 +164,6 @@ def collect(record_paths: Iterable[str | Path], current_code_version: dict[str, 
 def stale_records(cells: pd.DataFrame) -> list[str]:
     """Record paths of the cells made with older training code, for `snakemake --forcerun`."""
     return cells.loc[cells["stale"].astype(bool), "record"].tolist()
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it replaces `path`, on error it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; outputs get the usual mode
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:

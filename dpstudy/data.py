@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpstudy import schema
-from dpstudy.record import write_json_atomic
+from dpstudy.atomic import atomic_output, write_json
 from dpstudy.schema import ConfigError
 
 if TYPE_CHECKING:
@@ -139,7 +138,7 @@ def prepare(name: str, root: str | Path, overrides: dict | None = None) -> Path:
             meta = _generate(name, folder, wanted)
         else:
             meta = _download(name, folder, overrides)
-        write_json_atomic(folder / "meta.json", meta)
+        write_json(folder / "meta.json", meta)
     log(name, f"ready in {folder}")
     return folder
 
@@ -224,16 +223,8 @@ def channel_stats(images: "torch.Tensor") -> tuple[list[float], list[float]]:
 def _save_atomic(path: Path, obj: Any) -> None:
     import torch
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _sha256(path: Path) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from dpstudy import record
-from dpstudy.record import write_json_atomic
+from dpstudy.atomic import write_json
 
 FAULT_FILE = ".fault.json"
 EXIT_CODES = {"ok": 0, "skipped": 0, "oom": 0, "failed": 1}
@@ -91,7 +91,7 @@ class Outcome:
         print(f"[dpstudy] {status}: {reason}", flush=True)
         self.write(status, reason)
         if world_size > 1:
-            write_json_atomic(self.fault_path, {"rank": rank, "status": status, "exit_code": EXIT_CODES[status]})
+            write_json(self.fault_path, {"rank": rank, "status": status, "exit_code": EXIT_CODES[status]})
         return EXIT_CODES[status]
 
     def wait_for_fault(self, timeout_s: float) -> dict | None:

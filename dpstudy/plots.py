@@ -20,7 +20,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from dpstudy.collect import atomic_output
+from dpstudy.atomic import atomic_output
 
 Tables = dict[str, pd.DataFrame]
 VARIANTS = ("single", "dp", "ddp/gloo", "ddp/nccl")

@@ -6,12 +6,12 @@ renamed into place, so a killed job never leaves a half-written record behind.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
+
+from dpstudy.atomic import write_json
 
 SCHEMA_ID = "dpstudy.record/1"
 STATUSES = ("ok", "oom", "skipped", "failed")
@@ -74,29 +74,9 @@ def empty_summary() -> dict[str, Any]:
     return {key: None for key in SUMMARY_FIELDS}
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write so that `path` is either absent, the old file, or the complete new file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
-
-
 def write(path: str | Path, record: dict[str, Any]) -> None:
     validate(record)
-    write_json_atomic(path, record)
+    write_json(path, record)
 
 
 def read(path: str | Path) -> dict[str, Any]:

@@ -145,9 +145,9 @@ def expand(study: dict[str, Any]) -> list[Cell]:
 def write_yaml(study: dict[str, Any], path: str) -> None:
     import yaml
 
-    from dpstudy.record import write_text_atomic
+    from dpstudy.atomic import write_text
 
-    write_text_atomic(path, yaml.safe_dump(dict(study), sort_keys=False))
+    write_text(path, yaml.safe_dump(dict(study), sort_keys=False))
 
 
 def within_gpu_budget(cells: list[Cell], gpu_resource: int | None, needs_gpu) -> tuple[list[Cell], list[Cell]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from dpstudy.bench import comm
-from dpstudy.bench.io import write_csv
+from dpstudy.atomic import write_csv
 
 
 def main() -> None:

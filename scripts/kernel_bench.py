@@ -10,7 +10,7 @@ import pandas as pd
 
 import dpstudy.ext
 from dpstudy.bench import kernels
-from dpstudy.bench.io import write_csv
+from dpstudy.atomic import write_csv
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import nbformat
 import papermill
 from nbconvert import HTMLExporter
 
-from dpstudy.collect import atomic_output
+from dpstudy.atomic import atomic_output
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import copy
-import signal
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from workflow import REPO, copy_checkout, dry_run, snakemake
 

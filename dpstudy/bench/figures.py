@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import seaborn as sns
 
-from .io import atomic_path
+from dpstudy.atomic import atomic_output
 
 
 def _not_run(df: pd.DataFrame, keys: list[str]) -> str:
@@ -19,7 +19,7 @@ def _not_run(df: pd.DataFrame, keys: list[str]) -> str:
 
 
 def _save(grid: sns.FacetGrid, png: str | Path) -> None:
-    with atomic_path(png) as tmp:
+    with atomic_output(png) as tmp:
         grid.savefig(tmp, dpi=120, bbox_inches="tight")
 
 

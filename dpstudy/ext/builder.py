@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpstudy.record import write_json_atomic
+from dpstudy.atomic import write_json
 
 NAME = "dpstudy_ext"
 SO_NAME = f"{NAME}.so"
@@ -157,7 +157,7 @@ def build(out_dir: str | Path = "results/ext", cuda_arch: str | None = None, cpu
         "platform": platform.platform(),
         "build_s": round(time.perf_counter() - start, 1),
     }
-    write_json_atomic(out / "build.json", info)
+    write_json(out / "build.json", info)
     return info
 
 
