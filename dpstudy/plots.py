@@ -7,22 +7,38 @@ figure files: the Snakemake rule names its outputs from it.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")  # files only, also on machines without a display
-
-import matplotlib.pyplot as plt
-import pandas as pd
-import seaborn as sns
-from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from dpstudy.atomic import atomic_output
 
-Tables = dict[str, pd.DataFrame]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def lazy(name: str) -> ModuleType:
+    """Import `name` on first use (importlib's LazyLoader recipe). The Snakefile reads FIGURES
+    to name the figure rule's outputs, and must not pay for matplotlib and seaborn each time."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+os.environ.setdefault("MPLBACKEND", "Agg")  # files only, also on machines without a display
+pd = lazy("pandas")
+sns = lazy("seaborn")
+
+Tables = dict[str, "pd.DataFrame"]
 VARIANTS = ("single", "dp", "ddp/gloo", "ddp/nccl")
 LABELS = {  # axis labels
     "global_batch": "global batch (samples per step)", "samples_per_s": "throughput (samples/s)",
@@ -91,6 +107,8 @@ def finish(fig_or_grid: Figure | sns.FacetGrid, title: str, cells: pd.DataFrame)
 
 
 def message(text: str, title: str, cells: pd.DataFrame) -> Figure:
+    import matplotlib.pyplot as plt
+
     fig = plt.figure(figsize=(7, 1.5))
     fig.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
     return finish(fig, title, cells)
@@ -108,12 +126,14 @@ def label(grid: sns.FacetGrid, x: str, y: str) -> None:
 
 def log2_axis(grid: sns.FacetGrid, values: pd.Series) -> None:
     """Batch sizes are powers of two: log2 axis ticked at the values that ran."""
+    from matplotlib import ticker
+
     ticks = sorted(values.dropna().unique())
     for ax in grid.axes.flat:
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
 
 
 def throughput(tables: Tables) -> Figure:
@@ -265,6 +285,8 @@ FIGURES: dict[str, Callable[[Tables], Figure]] = {
 
 def render(tables: Tables, out_dir: str | Path) -> list[Path]:
     """Write every figure of FIGURES into out_dir, each file atomically."""
+    import matplotlib.pyplot as plt
+
     sns.set_theme(style="whitegrid", context="notebook")
     paths = []
     for name, make in FIGURES.items():
