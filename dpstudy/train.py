@@ -14,7 +14,7 @@ from dpstudy.envinfo import environment
 from dpstudy.loaders import make_loader
 from dpstudy.monitor import UtilSampler, peak_memory_mb, reset_peaks
 from dpstudy.outcome import Outcome
-from dpstudy.parallel import Parallel, Skip, plan, threads_per_process
+from dpstudy.parallel import Parallel, Skip, plan, resolve_device, threads_per_process
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -181,7 +181,7 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         par = plan(spec)
     except Skip as skip:
         threads = threads_per_process(cores, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-        outcome.env = environment(world, resolve_type(spec), threads)
+        outcome.env = environment(world, resolve_device(spec["device"]), threads)
         if rank == 0:
             print(f"[dpstudy] skipped: {skip}", flush=True)
             outcome.write("skipped", str(skip))
@@ -214,9 +214,3 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         if sampler is not None:
             outcome.util = sampler.stop()
         return outcome.fault(error, par.rank, par.world_size)
-
-
-def resolve_type(spec: dict) -> str:
-    from dpstudy.parallel import resolve_device
-
-    return resolve_device(spec["device"])
