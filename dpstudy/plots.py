@@ -136,17 +136,22 @@ def log2_axis(grid: sns.FacetGrid, values: pd.Series) -> None:
         ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
 
 
+def versus_batch(ok: "pd.DataFrame", y: str) -> "sns.FacetGrid":
+    """y against the global batch (log2 axis), a line per mode and device count."""
+    g = sns.relplot(ok, x="global_batch", y=y, style="gpus", kind="line", markers=True,
+                    errorbar="sd", height=3.5, aspect=1.3, **hue(ok), **workload_facets(ok))
+    label(g, "global_batch", y)
+    log2_axis(g, ok["global_batch"])
+    return g
+
+
 def throughput(tables: Tables) -> Figure:
     cells = labelled(tables["cells"])
     title = "Throughput vs global batch, by mode and device count"
     ok = finished(cells)
     if ok.empty:
         return message("No cell finished: there is no throughput to show.", title, cells)
-    g = sns.relplot(ok, x="global_batch", y="samples_per_s", style="gpus", kind="line", markers=True,
-                    errorbar="sd", height=3.5, aspect=1.3, **hue(ok), **workload_facets(ok))
-    label(g, "global_batch", "samples_per_s")
-    log2_axis(g, ok["global_batch"])
-    return finish(g, title, cells)
+    return finish(versus_batch(ok, "samples_per_s"), title, cells)
 
 
 def scaling(tables: Tables) -> Figure:
@@ -215,11 +220,7 @@ def accuracy_batch(tables: Tables) -> Figure:
     if ok.empty:
         return message("No cell finished: there is no accuracy to show.", title, cells)
     ok = ok.assign(final_test_acc_pct=ok["final_test_acc"] * 100)
-    g = sns.relplot(ok, x="global_batch", y="final_test_acc_pct", style="gpus", kind="line", markers=True,
-                    errorbar="sd", height=3.5, aspect=1.3, **hue(ok), **workload_facets(ok))
-    label(g, "global_batch", "final_test_acc_pct")
-    log2_axis(g, ok["global_batch"])
-    return finish(g, title, cells)
+    return finish(versus_batch(ok, "final_test_acc_pct"), title, cells)
 
 
 def memory(tables: Tables) -> Figure:
