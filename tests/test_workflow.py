@@ -1,6 +1,7 @@
 """The Snakemake workflow, run for real: dry runs, a full run of a small study, and reruns."""
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -138,24 +139,27 @@ def test_deleting_one_record_reruns_only_that_cell(finished, tmp_path):
     assert set(jobs) == {"train"} | AGGREGATIONS
 
 
+@contextlib.contextmanager
+def edited(path: Path):
+    """`path` with a harmless edit for the duration of the block."""
+    original = path.read_text()
+    path.write_text(original + "\n# an edit\n")
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
 @pytest.mark.slow
 def test_editing_plotting_code_schedules_no_training(finished):
-    plots = finished / "dpstudy/plots.py"
-    original = plots.read_text()
-    plots.write_text(original + "\n# an edit\n")
-    try:
+    with edited(finished / "dpstudy/plots.py"):
         jobs = dry_run(finished, SMALL)
-    finally:
-        plots.write_text(original)
     assert set(jobs) == {"figures", "report", "all"}
 
 
 @pytest.mark.slow
 def test_editing_training_code_flags_cells_instead_of_rerunning(finished):
-    train = finished / "dpstudy/train.py"
-    original = train.read_text()
-    train.write_text(original + "\n# an edit\n")
-    try:
+    with edited(finished / "dpstudy/train.py"):
         jobs = dry_run(finished, SMALL)
         assert "train" not in jobs and {"collect", "report"} <= set(jobs)
         snakemake(finished, "--cores", "2", "--resources", "gpu=2", "--until", "collect", config=SMALL)
@@ -164,8 +168,6 @@ def test_editing_training_code_flags_cells_instead_of_rerunning(finished):
         # The README's command reruns exactly those cells.
         rerun = dry_run(finished, SMALL, "--forcerun", *stale)
         assert set(rerun["train"]) == ALPHA | BETA
-    finally:
-        train.write_text(original)
 
 
 @pytest.mark.slow
