@@ -6,7 +6,11 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 GPUS ?= 2
 
-.PHONY: setup test test-fast run clean
+# Debian packages of the cluster tests (a private SLURM); `make test` installs the missing ones
+# when it runs as root, otherwise those tests are skipped with the reason.
+SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge
+
+.PHONY: setup system-packages test test-fast run clean
 
 setup: $(STAMP)
 
@@ -18,7 +22,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "dpstudy (python3)" >/dev/null
 	touch $@
 
-test: setup
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing" $$missing "(Debian) for the cluster tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+			|| echo "could not install" $$missing": the slurm tests will be skipped"; \
+	else \
+		echo "not installing" $$missing "(needs root and apt-get): the slurm tests will be skipped"; \
+	fi
+
+test: setup system-packages
 	$(BIN)/python -m pytest
 
 test-fast: setup

@@ -13,14 +13,19 @@ def value_token(value: Any) -> str:
     return str(value)
 
 
+GRID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
+
+
 def base_id(spec: dict[str, Any]) -> str:
-    return "{dataset}-{model}-{mode}-g{gpus}-b{batch}-{backend}".format(**spec)
+    """{dataset}-{model}-{mode}-g{gpus}-b{batch}-{backend}, then -nodes{n} for a multi-node cell."""
+    nodes = spec.get("nodes", 1)
+    return "{dataset}-{model}-{mode}-g{gpus}-b{batch}-{backend}".format(**spec) + (f"-nodes{nodes}" if nodes > 1 else "")
 
 
 def cell_id(spec: dict[str, Any], varied: Iterable[str] = (), repeats: int = 1) -> str:
     """base id, then -{key}{value} for every other varied key (sorted), then -r{k} with repeats."""
     parts = [base_id(spec)]
-    parts += [f"{key}{value_token(spec[key])}" for key in sorted(set(varied) - {"dataset", "model", "mode", "gpus", "batch", "backend"})]
+    parts += [f"{key}{value_token(spec[key])}" for key in sorted(set(varied) - set(GRID_KEYS))]
     if repeats > 1:
         parts.append(f"r{spec['repeat']}")
     return "-".join(parts)

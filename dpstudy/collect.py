@@ -17,8 +17,11 @@ from jsonschema import ValidationError
 from dpstudy import record, schema
 from dpstudy.atomic import atomic_output
 from dpstudy.record import EPOCH_FIELDS, SUMMARY_FIELDS
+from dpstudy.spec import devices as spec_devices
 
 SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
+# A record made before a setting existed ran with that setting's default (nodes: one node).
+SPEC_DEFAULTS = schema.defaults("spec")
 # env key -> cells.csv column; the resolved device is `env_device` because `device` is the
 # spec's request (auto | cuda | cpu).
 ENV_COLUMNS = {"world_size": "world_size", "device": "env_device", "torch": "torch", "cuda": "cuda",
@@ -26,15 +29,15 @@ ENV_COLUMNS = {"world_size": "world_size", "device": "env_device", "torch": "tor
                "cpu": "cpu", "driver": "driver", "threads_per_process": "threads_per_process"}
 # Keys that may differ between a cell and its single-device baseline. batch_scope and
 # lr_scaling change nothing on one device, so the baseline ignores them too.
-BASELINE_IGNORES = ("mode", "gpus", "backend", "data_root", "repeat", "batch_scope", "lr_scaling")
+BASELINE_IGNORES = ("mode", "gpus", "nodes", "backend", "data_root", "repeat", "batch_scope", "lr_scaling")
 BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
 
-CELL_COLUMNS = ("cell", *SPEC_KEYS, "status", "reason", *SUMMARY_FIELDS, "world_size", "env_device",
+CELL_COLUMNS = ("cell", *SPEC_KEYS, "status", "reason", *SUMMARY_FIELDS, "devices", "world_size", "env_device",
                 "global_batch", "epochs_done", "epochs_s", "overhead_s", "peak_mem_mb_max",
                 "peak_mem_mb_min", "baseline", "speedup", "efficiency", "stale", "record",
                 "torch", "cuda", "cudnn", "nccl", "python", "hostname", "cpu", "gpu_names", "driver",
-                "threads_per_process", "git_commit", "source_hash")
-EPOCH_COLUMNS = ("cell", *SPEC_KEYS, "status", "world_size", "env_device", "global_batch", "warmup",
+                "threads_per_process", "git_commit", "source_hash", "scheduler", "job_id", "rank_nodes")
+EPOCH_COLUMNS = ("cell", *SPEC_KEYS, "status", "devices", "world_size", "env_device", "global_batch", "warmup",
                  *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"), "peak_mem_mb_max")
 RANK_COLUMNS = ("cell", "epoch", "rank", "peak_mem_mb")
 UTIL_COLUMNS = ("cell", "device", "t", "gpu_util", "mem_util", "mem_mb")
@@ -65,15 +68,21 @@ def read_records(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]
 def global_batch(spec: dict[str, Any]) -> int | None:
     if spec.get("batch") is None or spec.get("gpus") is None:
         return None
-    return spec["batch"] if spec.get("batch_scope", "global") == "global" else spec["batch"] * spec["gpus"]
+    return spec["batch"] if spec.get("batch_scope", "global") == "global" else spec["batch"] * spec_devices(spec)
 
 
 def cell_settings(rec: dict[str, Any]) -> dict[str, Any]:
     """The columns every table repeats: id, every spec key, status and where it ran."""
-    spec, env = rec["spec"], rec["env"]
+    spec, env = {**SPEC_DEFAULTS, **rec["spec"]}, rec["env"]
     return {"cell": rec["cell"], **{k: spec.get(k) for k in SPEC_KEYS}, "status": rec["status"],
-            "world_size": env.get("world_size"), "env_device": env.get("device"),
+            "devices": spec_devices(spec), "world_size": env.get("world_size"), "env_device": env.get("device"),
             "global_batch": global_batch(spec)}
+
+
+def rank_nodes(env: dict[str, Any]) -> str | None:
+    """The distinct nodes the ranks ran on, in rank order."""
+    nodes = [r.get("node") or r.get("hostname") for r in env.get("ranks") or []]
+    return "; ".join(dict.fromkeys(filter(None, nodes))) or None
 
 
 def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[str, Any]:
@@ -91,6 +100,8 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
         **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
         "gpu_names": "; ".join(env.get("gpus") or []) or None,
         "git_commit": code.get("git_commit"), "source_hash": code.get("source_hash"),
+        "scheduler": (env.get("job") or {}).get("scheduler"), "job_id": (env.get("job") or {}).get("job_id"),
+        "rank_nodes": rank_nodes(env),
     }
 
 
@@ -98,12 +109,12 @@ def with_speedup(cells: pd.DataFrame) -> pd.DataFrame:
     """Add baseline, speedup and efficiency against the matching single-device cell.
 
     The baseline of a cell is the set of ok `single` g1 cells whose every spec key equals the
-    cell's, except mode, gpus, backend, data_root, repeat, batch_scope and lr_scaling (the last
-    two are no-ops on one device), and which ran on the same kind of device. Both batch scopes
+    cell's, except mode, gpus, nodes, backend, data_root, repeat, batch_scope and lr_scaling (the
+    last two are no-ops on one device), and which ran on the same kind of device. Both batch scopes
     therefore compare at equal `batch`: under per_device the baseline has the cell's per-device
     batch, under global the cell's global batch. Repeats of the baseline are averaged; `baseline`
     names the first of them. speedup = samples_per_s / baseline samples_per_s, efficiency =
-    speedup / gpus; both stay empty when the cell did not finish or has no baseline.
+    speedup / devices (gpus x nodes); both stay empty when the cell did not finish or has no baseline.
     """
     keys = list(BASELINE_KEYS)
     singles = cells[(cells["status"] == "ok") & (cells["mode"] == "single") & (cells["gpus"] == 1)
@@ -116,14 +127,15 @@ def with_speedup(cells: pd.DataFrame) -> pd.DataFrame:
     out = out.merge(base, on=keys, how="left")
     finished = out["status"] == "ok"
     out["speedup"] = (out["samples_per_s"] / out["baseline_samples_per_s"]).where(finished)
-    out["efficiency"] = out["speedup"] / out["gpus"].astype(float)
+    out["efficiency"] = out["speedup"] / out["devices"].astype(float)
     return out.drop(columns="baseline_samples_per_s")
 
 
 def cells_table(records: list[tuple[str, dict]], current_hash: str | None) -> pd.DataFrame:
     rows = [cell_row(path, rec, current_hash) for path, rec in records]
     cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
-    cells = cells.astype({"samples_per_s": float, "gpus": "Int64", "repeat": "Int64"})
+    cells = cells.astype({"samples_per_s": float, "gpus": "Int64", "nodes": "Int64", "devices": "Int64",
+                          "repeat": "Int64"})
     return with_speedup(cells)[list(CELL_COLUMNS)].sort_values("cell", ignore_index=True)
 
 

@@ -1,12 +1,13 @@
-"""The environment a record was measured in (DESIGN 3.3 `env`)."""
+"""The environment a record was measured in (DESIGN 3.3 `env`).
+
+torch is imported where it is needed: the launcher reads the job's facts without paying for it.
+"""
 from __future__ import annotations
 
 import os
 import platform
 import socket
 from functools import cache
-
-import torch
 
 from dpstudy.provenance import code_version
 
@@ -24,6 +25,8 @@ def cpu_name() -> str:
 
 
 def gpu_names() -> list[str]:
+    import torch
+
     if not torch.cuda.is_available():
         return []
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -43,6 +46,8 @@ def driver_version() -> str | None:
 
 
 def nccl_version() -> str | None:
+    import torch
+
     if not torch.cuda.is_available():
         return None
     try:
@@ -51,7 +56,23 @@ def nccl_version() -> str | None:
         return None
 
 
-def environment(world_size: int, device: str, threads: int) -> dict:
+def rank_host(rank: int, local_rank: int) -> dict:
+    """Where one rank runs: SLURM's node name when a SLURM step started it, else the hostname."""
+    hostname = socket.gethostname()
+    return {"rank": rank, "local_rank": local_rank, "hostname": hostname,
+            "node": os.environ.get("SLURMD_NODENAME", hostname)}
+
+
+def job_info() -> dict:
+    """The scheduler's view of this job: SLURM's job id, and the GPUs it was given."""
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    return {"scheduler": "slurm" if slurm_job else "local", "job_id": slurm_job,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def environment(world_size: int, device: str, threads: int, nodes: int = 1) -> dict:
+    import torch
+
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -64,7 +85,9 @@ def environment(world_size: int, device: str, threads: int) -> dict:
         "gpus": gpu_names(),
         "driver": driver_version(),
         "world_size": world_size,
+        "nodes": nodes,
         "device": device,
         "threads_per_process": threads,
         "code_version": code_version(),
+        "job": job_info(),
     }

@@ -12,7 +12,7 @@ import pandas as pd
 from dpstudy.collect import BASELINE_KEYS, SPEC_KEYS
 
 # A setting: a cell up to its repeat index; repeats of a setting are averaged.
-SETTING_KEYS = [k for k in SPEC_KEYS if k not in ("repeat", "data_root")] + ["env_device", "global_batch"]
+SETTING_KEYS = [k for k in SPEC_KEYS if k not in ("repeat", "data_root")] + ["devices", "env_device", "global_batch"]
 RERUN = "snakemake --cores 1 --resources gpu=2 --forcerun $(cat {stale})"
 
 
@@ -24,14 +24,15 @@ def not_measured(why: str) -> str:
     return f"*Not measured in this study:* {why}."
 
 
-def setup_name(mode: str, backend: str, gpus: int) -> str:
+def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1) -> str:
     if mode == "single":
         return "one device"
-    return f"{'DP' if mode == 'dp' else f'DDP ({backend})'} on {gpus} devices"
+    where = f"{gpus} devices" if nodes == 1 else f"{nodes} nodes x {gpus} devices"
+    return f"{'DP' if mode == 'dp' else f'DDP ({backend})'} on {where}"
 
 
 def batch_phrase(row) -> str:
-    return f"batch {row.batch}" + (" per device" if row.batch_scope == "per_device" and row.gpus > 1 else "")
+    return f"batch {row.batch}" + (" per device" if row.batch_scope == "per_device" and row.devices > 1 else "")
 
 
 def workload(row) -> str:
@@ -96,12 +97,28 @@ def environment(cells: pd.DataFrame, study: str) -> str:
         f"- **Ran on** {values(cells['env_device'])}; world sizes {values(cells['world_size'])}; "
         f"threads per process {values(cells['threads_per_process'])}",
         f"- **Training code** git {values(cells['git_commit'])}, source hash {values(cells['source_hash'])}",
+        f"- **Jobs** {jobs(cells)}",
     ])
+
+
+def jobs(cells: pd.DataFrame) -> str:
+    """How the cells' jobs ran: locally, or as scheduler jobs on which nodes."""
+    if "scheduler" not in cells or cells["scheduler"].dropna().empty:
+        return "unknown (records without job facts)"
+    parts = []
+    for scheduler, group in cells.groupby(cells["scheduler"].fillna("unknown")):
+        count = f"{len(group)} cell{'s' if len(group) != 1 else ''}"
+        if scheduler == "slurm":
+            nodes = values(group["rank_nodes"].dropna().astype(str).str.split("; ").explode(), "unknown")
+            parts.append(f"{count} as SLURM jobs (ids {values(group['job_id'].astype('string'))}) on nodes {nodes}")
+        else:
+            parts.append(f"{count} {scheduler}")
+    return "; ".join(parts)
 
 
 def speedup(cells: pd.DataFrame, epochs: pd.DataFrame) -> str:
     """Speedup and efficiency of every multi-device setting, then what kept it from ideal."""
-    multi = cells[cells["gpus"] > 1]
+    multi = cells[cells["devices"] > 1]
     rows = settings(multi, ["samples_per_s", "speedup", "efficiency"]).dropna(subset=["speedup"])
     if rows.empty:
         why = why_not_run(multi, "multi-device")
@@ -110,7 +127,7 @@ def speedup(cells: pd.DataFrame, epochs: pd.DataFrame) -> str:
         return not_measured(why)
     lines = []
     for r in rows.itertuples():
-        who = setup_name(r.mode, r.backend, r.gpus)
+        who = setup_name(r.mode, r.backend, r.gpus, r.nodes)
         verdict = (f"{r.speedup:.2f}x faster than one device at {batch_phrase(r)}" if r.speedup >= 1 else
                    f"slower than one device at {batch_phrase(r)}: {r.speedup:.2f}x its throughput")
         repeats = f" (mean of {r.repeats} repeats)" if r.repeats > 1 else ""
@@ -121,7 +138,28 @@ def speedup(cells: pd.DataFrame, epochs: pd.DataFrame) -> str:
     faster = int((rows["speedup"] > 1).sum())
     lines.append(f"\n{faster} of {len(rows)} multi-device settings beat one device "
                  "(ideal: n devices n times faster, 100 % efficiency).")
-    return "\n".join(lines) + "\n\n" + why_not_ideal(cells, epochs)
+    return "\n".join(lines) + "\n\n" + across_nodes(rows) + why_not_ideal(cells, epochs)
+
+
+def across_nodes(rows: pd.DataFrame) -> str:
+    """Intra- vs inter-node scaling: DDP at equal world size on one node and on several."""
+    keys = [k for k in SETTING_KEYS if k not in ("gpus", "nodes")]
+    ddp = rows[rows["mode"] == "ddp"]
+    pairs = []
+    for _, group in ddp.groupby(keys, dropna=False):
+        one, several = group[group["nodes"] == 1], group[group["nodes"] > 1]
+        for _, far in several.iterrows():
+            for _, near in one.iterrows():
+                pairs.append(f"- {workload(far)} at {batch_phrase(far)}: {far.devices} devices on one node reached "
+                             f"{near.efficiency * 100:.0f} % efficiency, spread over {far.nodes} nodes "
+                             f"{far.efficiency * 100:.0f} % ({far.samples_per_s / near.samples_per_s:.2f}x the "
+                             "one-node throughput).")
+    if pairs:
+        return "Intra- vs inter-node scaling (same world size):\n" + "\n".join(pairs) + "\n\n"
+    if (ddp["nodes"] > 1).any():
+        return ("Inter-node scaling: the multi-node cells have no one-node cell of the same world size to "
+                "compare with.\n\n")
+    return ""
 
 
 def wait_share(epochs: pd.DataFrame) -> float:
@@ -131,13 +169,13 @@ def wait_share(epochs: pd.DataFrame) -> float:
 def why_not_ideal(cells: pd.DataFrame, epochs: pd.DataFrame) -> str:
     """Measured reasons: waiting for data, and the fixed cost outside the epochs."""
     steady = steady_epochs(epochs, cells)
-    multi, single = steady[steady["gpus"] > 1], steady[steady["gpus"] == 1]
+    multi, single = steady[steady["devices"] > 1], steady[steady["devices"] == 1]
     ok = finished(cells)
     parts = []
     if not multi.empty and not single.empty:
         parts.append(f"Waiting for data took {percent(wait_share(multi))} of the training time on several "
                      f"devices vs {percent(wait_share(single))} on one device.")
-    overhead = ok.groupby(ok["gpus"] > 1)["overhead_s"].mean()
+    overhead = ok.groupby(ok["devices"] > 1)["overhead_s"].mean()
     if len(overhead) == 2:
         parts.append(f"The fixed cost outside the epochs (startup, data loading, teardown) was "
                      f"{overhead[True]:.1f} s per multi-device cell vs {overhead[False]:.1f} s on one device; "
@@ -150,7 +188,7 @@ def why_not_ideal(cells: pd.DataFrame, epochs: pd.DataFrame) -> str:
 def accuracy(cells: pd.DataFrame) -> str:
     """Largest accuracy gap between modes at otherwise equal settings (the baseline's keys)."""
     ok = finished(cells).dropna(subset=["final_test_acc"])
-    per_setup = ok.groupby([*BASELINE_KEYS, "mode", "backend", "gpus"], dropna=False)["final_test_acc"].mean()
+    per_setup = ok.groupby([*BASELINE_KEYS, "mode", "backend", "gpus", "nodes"], dropna=False)["final_test_acc"].mean()
     gaps = []
     for key, group in per_setup.groupby(level=list(range(len(BASELINE_KEYS))), dropna=False):
         if len(group) > 1:
@@ -161,10 +199,10 @@ def accuracy(cells: pd.DataFrame) -> str:
     if not gaps:
         return not_measured("no setting finished in more than one mode") + " " + note
     gap, hi, lo, acc_hi, acc_lo = max(gaps, key=lambda g: g[0])
-    keys = dict(zip([*BASELINE_KEYS, "mode", "backend", "gpus"], hi))
+    keys = dict(zip([*BASELINE_KEYS, "mode", "backend", "gpus", "nodes"], hi))
     text = (f"Final test accuracy differed by at most {gap * 100:.1f} points across modes at equal settings "
             f"(largest gap: {keys['dataset']}/{keys['model']} at batch {keys['batch']}: "
-            f"{setup_name(*hi[-3:])} {acc_hi * 100:.1f} % vs {setup_name(*lo[-3:])} {acc_lo * 100:.1f} %). {note}")
+            f"{setup_name(*hi[-4:])} {acc_hi * 100:.1f} % vs {setup_name(*lo[-4:])} {acc_lo * 100:.1f} %). {note}")
     spread = ok.groupby(SETTING_KEYS, dropna=False)["final_test_acc"].agg(lambda a: a.max() - a.min())
     if ok.duplicated(SETTING_KEYS).any():
         text += f" Repeats of the same cell varied by up to {spread.max() * 100:.1f} points."
@@ -186,7 +224,7 @@ def data_wait(epochs: pd.DataFrame, cells: pd.DataFrame) -> str:
     named = [f"{percent(v)} with {loader_name(*(k if isinstance(k, tuple) else (k,)))}" for k, v in shares.items()]
     text = f"Waiting for data took {named[0].replace(' with ', ' of the training time with ', 1)}"
     text += " (the only loader in this study)." if len(named) == 1 else f" vs {', '.join(named[1:])}."
-    by_mode = steady.groupby(["mode", "backend", "gpus"]).apply(wait_share)
+    by_mode = steady.groupby(["mode", "backend", "gpus", "nodes"]).apply(wait_share)
     text += " By mode: " + ", ".join(f"{setup_name(*k)} {percent(v)}" for k, v in by_mode.items()) + "."
     return text
 
@@ -205,7 +243,7 @@ def backends(cells: pd.DataFrame, comm: pd.DataFrame | None = None) -> str:
         lines = []
         for index, r in pairs.iterrows():
             k = pd.Series(index, index=keys)
-            lines.append(f"- {k.dataset}/{k.model} on {k.gpus} devices at {batch_phrase(k)}: NCCL reached "
+            lines.append(f"- {k.dataset}/{k.model} on {k.devices} devices at {batch_phrase(k)}: NCCL reached "
                          f"{r.nccl / r.gloo:.2f}x the throughput of Gloo ({r.nccl:.0f} vs {r.gloo:.0f} samples/s).")
         text = "\n".join(lines)
     if comm is None or comm.empty:
@@ -215,7 +253,7 @@ def backends(cells: pd.DataFrame, comm: pd.DataFrame | None = None) -> str:
 
 def memory(cells: pd.DataFrame) -> str:
     """Peak memory per rank: the spread between the fullest and the emptiest device, per mode."""
-    multi = cells[cells["gpus"] > 1]
+    multi = cells[cells["devices"] > 1]
     ok = finished(multi).dropna(subset=["peak_mem_mb_max", "peak_mem_mb_min"])
     lines = []
     for mode in ("dp", "ddp"):
@@ -226,7 +264,7 @@ def memory(cells: pd.DataFrame) -> str:
             continue
         ratio = rows["peak_mem_mb_max"] / rows["peak_mem_mb_min"]
         r = rows.loc[ratio.idxmax()]
-        lines.append(f"- {setup_name(r['mode'], r['backend'], r['gpus'])}: the fullest device peaked at "
+        lines.append(f"- {setup_name(r['mode'], r['backend'], r['gpus'], r['nodes'])}: the fullest device peaked at "
                      f"{ratio.max():.2f}x the memory of the emptiest ({r['peak_mem_mb_max']:.0f} MB vs "
                      f"{r['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)}).")
     return ("\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from dpstudy.lifeline import child_dies_with_us
+
 DEFAULT_POOL = Path(tempfile.gettempdir()) / f"dpstudy-gpu-slots-{os.getuid()}"
 
 
@@ -81,11 +83,11 @@ def acquire(n: int, total: int, pool: Path = DEFAULT_POOL, timeout_s: float = 86
 def run(command: list[str], n: int, pool: Path = DEFAULT_POOL) -> int:
     total = visible_gpu_count()
     if n == 0 or total == 0 or "CUDA_VISIBLE_DEVICES" in os.environ:
-        return subprocess.call(command)
+        return subprocess.call(command, preexec_fn=child_dies_with_us())
     with acquire(n, total, pool) as slots:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, slots))}
         print(f"[dpstudy] GPU slots {slots}", file=sys.stderr, flush=True)
-        child = subprocess.Popen(command, env=env)
+        child = subprocess.Popen(command, env=env, preexec_fn=child_dies_with_us())
         # Pass termination on, so cancelling the job stops the training it started.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda s, _f: child.send_signal(s))

@@ -64,17 +64,13 @@ class Outcome:
             self._done = True
 
     def as_record(self, status: str, reason: str | None) -> dict:
-        summary = record.empty_summary()
-        summary["total_s"] = time.time() - self.t0
-        summary["startup_s"] = self.startup_s
+        summary = {"total_s": time.time() - self.t0, "startup_s": self.startup_s}
         if self.epochs:
             steady = self.epochs[1:] or self.epochs  # epoch 1 is warm-up
             summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
             summary["samples_per_s"] = sum(e["samples"] for e in steady) / sum(e["wall_s"] for e in steady)
             summary["final_test_acc"] = self.epochs[-1]["test_acc"]
-        return {"schema": record.SCHEMA_ID, "cell": self.cell, "status": status, "reason": reason,
-                "spec": self.spec, "env": self.env, "epochs": self.epochs, "summary": summary,
-                "util": self.util}
+        return record.make(self.cell, status, reason, self.spec, self.env, self.epochs, summary, self.util)
 
     # ---- faults ----------------------------------------------------------------------------
 

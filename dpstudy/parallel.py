@@ -79,6 +79,14 @@ class Parallel:
         dist.all_gather(out, t)
         return [v for part in out for v in part.tolist()]
 
+    def all_gather_objects(self, value) -> list:
+        """Every rank's picklable `value`, in rank order."""
+        if not self.initialized:
+            return [value]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
+
     def sync_buffers(self, model: nn.Module) -> None:
         """Give every rank rank 0's BatchNorm statistics before evaluating."""
         if self.initialized:
@@ -133,9 +141,13 @@ def plan(spec: dict, env: dict[str, str] | None = None) -> Parallel:
         if world != 1:
             raise Skip(f"mode {mode} runs as one process, but was launched with world size {world}")
         return Parallel(mode, torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu"), gpus)
-    if world != gpus:
-        raise Skip(f"world size {world} does not match gpus {gpus} "
-                   f"(launch with torchrun --nproc-per-node={gpus})")
+    nodes, launched_nodes = spec.get("nodes", 1), int(env.get("GROUP_WORLD_SIZE", "1"))
+    if nodes != launched_nodes:
+        raise Skip(f"nodes {nodes} needs a launch on {nodes} nodes (srun torchrun --nnodes={nodes}, as the "
+                   f"cluster profiles do: snakemake --profile profiles/slurm); it was launched on {launched_nodes}")
+    if world != nodes * gpus:
+        raise Skip(f"world size {world} does not match nodes x gpus {nodes * gpus} "
+                   f"(launch with torchrun --nnodes={nodes} --nproc-per-node={gpus})")
     local_rank = int(env.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
     return Parallel(mode, device, gpus, backend, rank=int(env.get("RANK", "0")), world_size=world,

@@ -42,21 +42,23 @@ Tables = dict[str, "pd.DataFrame"]
 VARIANTS = ("single", "dp", "ddp/gloo", "ddp/nccl")
 LABELS = {  # axis labels
     "global_batch": "global batch (samples per step)", "samples_per_s": "throughput (samples/s)",
-    "gpus": "devices", "speedup": "speedup vs one device", "efficiency": "scaling efficiency",
+    "devices": "devices", "speedup": "speedup vs one device", "efficiency": "scaling efficiency",
     "epoch": "epoch", "test_acc_pct": "test accuracy (%)", "final_test_acc_pct": "final test accuracy (%)",
     "seconds": "seconds per epoch (median of epochs >= 2)", "peak_mem_mb": "peak memory (MB)",
     "t": "seconds since start", "value": "percent", "cell": "", "metric": "",
 }
 # Legend titles stay about as long as the column names: seaborn sized the legend for those.
-LEGEND_TITLES = {"variant": "mode", "gpus": "devices", "global_batch": "global batch", "part": "",
+LEGEND_TITLES = {"variant": "mode", "devices": "devices", "global_batch": "global batch", "part": "",
                  "metric": "", "device": "GPU"}
 MAX_NOTE_LINES = 12
 DPI = 110
 
 
 def labelled(cells: pd.DataFrame) -> pd.DataFrame:
-    """cells plus `variant` (mode, with the backend for ddp) and `workload` (dataset/model)."""
+    """cells plus `variant` (mode, with the backend for ddp, and the nodes when several: inter-node
+    scaling gets a colour of its own) and `workload` (dataset/model)."""
     variant = cells["mode"].where(cells["backend"] == "none", cells["mode"] + "/" + cells["backend"])
+    variant = variant.where(cells["nodes"] <= 1, variant + " on " + cells["nodes"].astype("string") + " nodes")
     return cells.assign(variant=variant, workload=cells["dataset"] + "/" + cells["model"])
 
 
@@ -138,7 +140,7 @@ def log2_axis(grid: sns.FacetGrid, values: pd.Series) -> None:
 
 def versus_batch(ok: "pd.DataFrame", y: str) -> "sns.FacetGrid":
     """y against the global batch (log2 axis), a line per mode and device count."""
-    g = sns.relplot(ok, x="global_batch", y=y, style="gpus", kind="line", markers=True,
+    g = sns.relplot(ok, x="global_batch", y=y, style="devices", kind="line", markers=True,
                     errorbar="sd", height=3.5, aspect=1.3, **hue(ok), **workload_facets(ok))
     label(g, "global_batch", y)
     log2_axis(g, ok["global_batch"])
@@ -157,25 +159,25 @@ def throughput(tables: Tables) -> Figure:
 def scaling(tables: Tables) -> Figure:
     cells = labelled(tables["cells"])
     title = "Speedup and efficiency vs one device (grey dotted: ideal)"
-    multi = finished(cells).dropna(subset=["speedup"]).query("gpus > 1")
+    multi = finished(cells).dropna(subset=["speedup"]).query("devices > 1")
     if multi.empty:
         return message("No multi-device cell finished with a baseline: no speedup to show.", title, cells)
     # every line starts at the single-device point (1 device, speedup 1)
-    origins = multi[["variant", "workload", "batch"]].drop_duplicates().assign(gpus=1, speedup=1.0, efficiency=1.0)
-    long = pd.concat([multi, origins]).melt(id_vars=["variant", "workload", "gpus", "batch"],
+    origins = multi[["variant", "workload", "batch"]].drop_duplicates().assign(devices=1, speedup=1.0, efficiency=1.0)
+    long = pd.concat([multi, origins]).melt(id_vars=["variant", "workload", "devices", "batch"],
                                             value_vars=["speedup", "efficiency"], var_name="metric",
                                             value_name="value")
     rows = {"row": "workload"} if long["workload"].nunique() > 1 else {}
-    g = sns.relplot(long, x="gpus", y="value", col="metric", style="batch", kind="line", markers=True,
+    g = sns.relplot(long, x="devices", y="value", col="metric", style="batch", kind="line", markers=True,
                     errorbar="sd", height=3.5, facet_kws={"sharey": False}, **hue(long), **rows)
-    label(g, "gpus", "metric")
-    gpus = sorted(long["gpus"].unique())
+    label(g, "devices", "metric")
+    devices = sorted(long["devices"].unique())
     for key, ax in g.axes_dict.items():
         metric = key[-1] if isinstance(key, tuple) else key
         ax.set_ylabel(LABELS[metric])
-        ax.set_xticks(gpus)
+        ax.set_xticks(devices)
         if metric == "speedup":
-            ax.plot([1, max(gpus)], [1, max(gpus)], ls=":", color="0.4")
+            ax.plot([1, max(devices)], [1, max(devices)], ls=":", color="0.4")
         else:
             ax.axhline(1.0, ls=":", color="0.4")
     return finish(g, title, cells)
@@ -246,7 +248,7 @@ def backends(tables: Tables) -> Figure:
     ok = finished(ddp)
     if ok.empty:
         return message("No DDP cell finished: no backend to compare.", title, ddp)
-    ok = ok.assign(devices=ok["gpus"].map("{} devices".format))
+    ok = ok.assign(devices=ok["devices"].map("{} devices".format))
     rows = {"row": "workload"} if ok["workload"].nunique() > 1 else {}
     g = sns.catplot(ok, x="global_batch", y="samples_per_s", col="devices", kind="bar", errorbar="sd",
                     height=3.5, aspect=1.2, **hue(ok), **rows)

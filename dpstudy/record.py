@@ -74,6 +74,14 @@ def empty_summary() -> dict[str, Any]:
     return {key: None for key in SUMMARY_FIELDS}
 
 
+def make(cell: str, status: str, reason: str | None, spec: dict[str, Any], env: dict[str, Any],
+         epochs: list[dict[str, Any]] | None = None, summary: dict[str, Any] | None = None,
+         util: dict | None = None) -> dict[str, Any]:
+    """A record with every required field; what is not given stays empty."""
+    return {"schema": SCHEMA_ID, "cell": cell, "status": status, "reason": reason, "spec": spec, "env": env,
+            "epochs": list(epochs or []), "summary": {**empty_summary(), **(summary or {})}, "util": util}
+
+
 def write(path: str | Path, record: dict[str, Any]) -> None:
     validate(record)
     write_json(path, record)

@@ -54,6 +54,18 @@ def check(instance: Any, ref: str | None = None, where: str = "") -> None:
     raise ConfigError(f"{where}{path}: {error.message}")
 
 
+@functools.cache
+def property_validator(ref: str, key: str) -> Draft202012Validator:
+    return Draft202012Validator(inline(schema()["$defs"][ref]["properties"][key]))
+
+
+def check_property(ref: str, key: str, value: Any, where: str = "") -> None:
+    """Raise ConfigError when `value` is not a valid `key` of $defs/<ref>, naming both."""
+    errors = list(property_validator(ref, key).iter_errors(value))
+    if errors:
+        raise ConfigError(f"{where}{key}: {best_match(errors).message}")
+
+
 def resolve(node: dict) -> dict:
     """Follow local $refs (#/$defs/...) until a node without one."""
     while "$ref" in node:

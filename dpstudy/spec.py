@@ -13,9 +13,6 @@ from typing import Any
 from dpstudy import schema
 from dpstudy.schema import ConfigError
 
-GRID_KEYS = ("dataset", "model", "mode", "gpus", "batch", "backend")
-
-
 def load_spec(text_or_path: str) -> dict[str, Any]:
     """Parse a SPEC argument: a JSON object inline, or the path of a JSON file."""
     text = text_or_path.strip()
@@ -57,22 +54,30 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
         raise ConfigError(f"{where}mode {mode!r} takes backend 'none', got backend {backend!r}")
     if mode == "ddp" and backend == "none":
         raise ConfigError(f"{where}mode 'ddp' needs backend 'nccl' or 'gloo', got backend 'none'")
-    if cell.get("batch_scope") == "global" and cell["batch"] % gpus:
-        raise ConfigError(
-            f"{where}batch {cell['batch']} is not divisible by gpus {gpus} under batch_scope 'global'"
-        )
+    nodes = cell.get("nodes", 1)
+    if nodes > 1 and mode != "ddp":
+        raise ConfigError(f"{where}mode {mode!r} runs as one process on one node, got nodes {nodes}; "
+                          "only ddp spans nodes")
+    if cell.get("batch_scope") == "global" and cell["batch"] % devices(cell):
+        over = f"gpus {gpus}" if nodes == 1 else f"nodes x gpus {devices(cell)}"
+        raise ConfigError(f"{where}batch {cell['batch']} is not divisible by {over} under batch_scope 'global'")
     if cell.get("workers", 0) and cell.get("loader") != "torch":
         raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
 
 
+def devices(spec: dict[str, Any]) -> int:
+    """Devices the cell trains on: gpus per node times nodes (the DDP world size)."""
+    return spec["gpus"] * spec.get("nodes", 1)
+
+
 def per_device_batch(spec: dict[str, Any]) -> int:
     """Samples each device sees per step."""
-    return spec["batch"] // spec["gpus"] if spec["batch_scope"] == "global" else spec["batch"]
+    return spec["batch"] // devices(spec) if spec["batch_scope"] == "global" else spec["batch"]
 
 
 def global_batch(spec: dict[str, Any]) -> int:
-    return per_device_batch(spec) * spec["gpus"]
+    return per_device_batch(spec) * devices(spec)
 
 
 def scaled_lr(spec: dict[str, Any]) -> float:
-    return spec["lr"] * spec["gpus"] if spec["lr_scaling"] == "linear" else spec["lr"]
+    return spec["lr"] * devices(spec) if spec["lr_scaling"] == "linear" else spec["lr"]

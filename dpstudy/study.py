@@ -11,7 +11,7 @@ from dpstudy import schema, spec as specs
 from dpstudy.cells import cell_id
 from dpstudy.schema import ConfigError
 
-GRID_DIMENSIONS = ("mode", "gpus", "batch", "backend")
+GRID_DIMENSIONS = ("mode", "gpus", "nodes", "batch", "backend")
 
 
 class JsonDict(dict):
@@ -39,6 +39,7 @@ class Cell:
     id: str
     sweep: str
     spec: dict[str, Any]  # complete, key-sorted, plain types: the train rule's params
+    resources: dict[str, Any]  # job_resources of the schema: what a scheduler is asked for
 
     @property
     def gpus(self) -> int:
@@ -71,10 +72,15 @@ def load(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"config: sweep name {duplicated[0]!r} is used more than once")
     allowed = set(GRID_DIMENSIONS) | set(schema.property_names("settings"))
     for sweep in study["sweeps"]:
-        unknown = sorted(set(sweep.get("grid", {})) - allowed)
+        grid = sweep.get("grid", {})
+        unknown = sorted(set(grid) - allowed)
         if unknown:
             raise ConfigError(f"sweep {sweep['name']!r}: unknown grid key {unknown[0]!r}; "
                               f"allowed: {', '.join(sorted(allowed))}")
+        for key, values in grid.items():  # before pruning compares them
+            ref = "spec" if key in schema.property_names("spec") else "settings"
+            for value in values:
+                schema.check_property(ref, key, value, where=f"sweep {sweep['name']!r}: ")
     return study
 
 
@@ -85,8 +91,11 @@ def sweep_combinations(sweep: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
-    """Prune meaningless combinations: single needs gpus 1; single/dp take backend none."""
+    """Prune meaningless combinations: single needs gpus 1; single and dp run on one node and
+    take backend none."""
     if combo["mode"] == "single" and combo["gpus"] != 1:
+        return None
+    if combo["mode"] in ("single", "dp") and combo["nodes"] > 1:
         return None
     if combo["mode"] in ("single", "dp"):
         return {**combo, "backend": "none"}
@@ -103,6 +112,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
     # a set value (say epochs 200 vs 100) then never claim the same id, and adding a sweep never
     # renames the cells of another.
     varied = [*sweep.get("grid", {}), *sweep.get("set", {})]
+    resources = {**study["resources"], **sweep.get("resources", {})}
     cells: list[Cell] = []
     for combo in sweep_combinations(sweep):
         settings = {**base, **combo}
@@ -119,10 +129,14 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
                "device": study["device"], "data_root": study["data_root"]}
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)
-            cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec))
+            cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec, resources))
     modes = set(sweep.get("grid", {}).get("mode", []))
     if "ddp" in modes and not any(c.spec["mode"] == "ddp" for c in cells):
         raise ConfigError(f"{where}mode ddp needs backend nccl or gloo in grid.backend")
+    most_nodes = max(sweep.get("grid", {}).get("nodes", [1]))
+    if most_nodes > 1 and "ddp" not in modes:
+        raise ConfigError(f"{where}nodes {most_nodes} needs mode ddp in grid.mode: "
+                          "single and dp run as one process on one node")
     return cells
 
 

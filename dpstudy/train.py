@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dpstudy import data, models, spec as specs
-from dpstudy.envinfo import environment
+from dpstudy.envinfo import environment, rank_host
 from dpstudy.loaders import make_loader
 from dpstudy.monitor import UtilSampler, peak_memory_mb, reset_peaks
 from dpstudy.outcome import Outcome
@@ -181,17 +181,20 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         par = plan(spec)
     except Skip as skip:
         threads = threads_per_process(cores, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-        outcome.env = environment(world, resolve_device(spec["device"]), threads)
+        outcome.env = environment(world, resolve_device(spec["device"]), threads,
+                                  int(os.environ.get("GROUP_WORLD_SIZE", "1")))
+        outcome.env["ranks"] = [rank_host(rank, int(os.environ.get("LOCAL_RANK", "0")))]
         if rank == 0:
             print(f"[dpstudy] skipped: {skip}", flush=True)
             outcome.write("skipped", str(skip))
         return 0
     threads = threads_per_process(cores, par.local_world_size) if par.device.type == "cpu" else torch.get_num_threads()
     torch.set_num_threads(threads)
-    outcome.env = environment(par.world_size, par.device.type, threads)
+    outcome.env = environment(par.world_size, par.device.type, threads, spec["nodes"])
     sampler = None
     try:
         par.start()
+        outcome.env["ranks"] = par.all_gather_objects(rank_host(par.rank, par.local_rank))
         if par.world_size > 1:
             outcome.watch(par.rank)
         torch.manual_seed(effective_seed(spec))

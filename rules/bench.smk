@@ -18,7 +18,7 @@ rule kernel_bench:
         "../envs/train.yaml"
     threads: workflow.cores
     resources:
-        gpu=1 if CUDA_POSSIBLE else 0,
+        gpu=1 if GPU_JOBS else 0,
     shell:
         "OMP_NUM_THREADS={threads} python -m dpstudy.gpus --gpus {resources.gpu} --"
         " python scripts/kernel_bench.py --ext results/ext --out {output.csv:q} --png {output.png:q}"
@@ -37,7 +37,7 @@ rule comm_bench:
         "../envs/train.yaml"
     threads: workflow.cores
     resources:
-        gpu=2 if CUDA_POSSIBLE else 0,
+        gpu=2 if GPU_JOBS else 0,
     shell:
         "python -m dpstudy.gpus --gpus {resources.gpu} --"
         " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q} > {log:q} 2>&1"

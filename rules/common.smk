@@ -12,6 +12,7 @@ from dpstudy.data import DATASETS
 from dpstudy.gpus import visible_gpu_count
 from dpstudy.models import MODELS
 from dpstudy.provenance import export_checkout
+from dpstudy.resources import requests_gpus, train_resources
 from dpstudy.schema import ConfigError
 
 export_checkout(workflow.basedir)
@@ -19,17 +20,15 @@ export_checkout(workflow.basedir)
 try:
     STUDY = studies.load(config)
     ALL_CELLS = studies.expand(STUDY)
+    # Whether jobs reserve GPUs (config request_gpus): on a host without GPUs, device 'auto'
+    # plans CPU cells, which reserve none.
+    GPU_JOBS = requests_gpus(STUDY, visible_gpu_count())
 except ConfigError as error:
     raise WorkflowError(f"invalid study config: {error}") from None
 
-# On a host without GPUs, device 'auto' resolves to the CPU: its cells take no GPU resource.
-CUDA_POSSIBLE = STUDY["device"] == "cuda" or (
-    STUDY["device"] == "auto" and visible_gpu_count() > 0
-)
-
 
 def needs_gpu(cell):
-    return CUDA_POSSIBLE
+    return GPU_JOBS
 
 
 _kept, _left_out = studies.within_gpu_budget(
@@ -70,28 +69,18 @@ def cell_ext(wildcards):
     )
 
 
-def cell_gpus(wildcards):
-    return cell_of(wildcards).gpus if needs_gpu(cell_of(wildcards)) else 0
+def cell_resources(wildcards):
+    cell = cell_of(wildcards)
+    return train_resources(cell.spec, cell.resources, needs_gpu(cell))
 
 
-def cell_cores(wildcards):
-    # A device is one process on one core on CPU; DataLoader workers need cores of their own.
-    spec = cell_of(wildcards).spec
-    return spec["gpus"] * (1 + spec["workers"])
+def cell_resource(name):
+    """The train rule's resource `name` of a cell (dpstudy.resources computes them all)."""
+    return lambda wildcards: cell_resources(wildcards)[name]
 
 
 def cell_threads(wildcards):
-    # On CPU the cores are what a cell measures: it takes the whole machine, so no other job
-    # (another cell, the extension build) competes with it. GPU cells share the host.
-    return (
-        cell_cores(wildcards)
-        if CUDA_POSSIBLE
-        else max(cell_cores(wildcards), workflow.cores)
-    )
-
-
-def cell_launcher(wildcards):
-    spec = cell_of(wildcards).spec
-    if spec["mode"] == "ddp":
-        return f"torchrun --standalone --nproc-per-node={spec['gpus']}"
-    return "python"
+    # On CPU the cores are what a cell measures: a local run gives it the whole machine, so no
+    # other job (another cell, the extension build) competes with it. GPU cells share the host.
+    cores = cell_resources(wildcards)["node_cores"]
+    return cores if GPU_JOBS else max(cores, workflow.cores)

@@ -1,6 +1,12 @@
 # Datasets: downloaded and verified, or generated; meta.json is the ready marker.
 
 
+# Downloads run where Snakemake runs (a cluster's login node): compute nodes often have no
+# internet access, and every node reads the prepared files from the shared file system.
+localrules:
+    prepare_data,
+
+
 rule prepare_data:
     output:
         f"{DATA_ROOT}/{{dataset}}/meta.json",

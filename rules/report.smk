@@ -54,8 +54,13 @@ rule figures:
         "python scripts/figures.py --tables results/tables --out results/figures > {log:q} 2>&1"
 
 
+# Short jobs that read and write a few files run where Snakemake runs, also under a cluster
+# profile: submitting them would cost more than running them.
 localrules:
+    collect,
+    figures,
     study_config,
+    report,
 
 
 rule study_config:

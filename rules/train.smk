@@ -1,4 +1,5 @@
-# One job per cell: python for single and dp, torchrun for ddp, on GPUs of its own.
+# One job per cell: dpstudy.launch starts python (single, dp), torchrun (ddp) or srun torchrun
+# (ddp on several nodes) on the GPUs the job reserved, and makes sure of how the job ends.
 
 
 rule train:
@@ -16,21 +17,27 @@ rule train:
         "../envs/train.yaml"
     threads: cell_threads
     resources:
-        gpu=cell_gpus,
-        cell_cores=cell_cores,
+        # Computed per cell by dpstudy.resources; None leaves a resource unset.
+        gpu=cell_resource("gpu"),
+        gres=cell_resource("gres"),
+        cpus_per_task=cell_resource("cpus_per_task"),
+        cpus_per_gpu=cell_resource("cpus_per_gpu"),
+        mem_mb=cell_resource("mem_mb"),
+        runtime=cell_resource("runtime"),
+        nodes=cell_resource("nodes"),
+        tasks=cell_resource("tasks"),
+        tasks_per_gpu=cell_resource("tasks_per_gpu"),
+        mpi=cell_resource("mpi"),
+        node_gpus=cell_resource("node_gpus"),
+        node_cores=cell_resource("node_cores"),
+        # A retry (cluster profiles: retries 1) turns the scheduler's verdict on the attempt
+        # it stopped into a failed record; see dpstudy.launch.
+        attempt=lambda wc, attempt: attempt,
     params:
         spec=cell_spec,
     shell:
-        # A failed cell still leaves its record (status failed, with the error) for the report;
-        # only a run that wrote no valid record fails the job.
-        """
-        if [ {params.spec[mode]} = ddp ]; then
-            launch="torchrun --standalone --nproc-per-node={params.spec[gpus]}"
-        else
-            launch=python
-        fi
-        python -m dpstudy.gpus --gpus {resources.gpu} -- $launch scripts/train.py \\
-        --spec {params.spec:q} --out results/cells/{wildcards.cell} --cell {wildcards.cell} \\
-        --cores {resources.cell_cores} >{log:q} 2>&1 \
-            || python -m dpstudy.record --status failed {output:q} >>{log:q} 2>&1
-        """
+        # Every outcome the cell itself reports (ok, skipped, oom, failed) is a record and a
+        # finished job; only a stopped job (cancelled, killed) leaves none.
+        "exec python -m dpstudy.launch --spec {params.spec:q} --cell {wildcards.cell}"
+        " --out results/cells/{wildcards.cell} --log {log:q} --gpus {resources.node_gpus}"
+        " --cores {resources.node_cores} --attempt {resources.attempt}"

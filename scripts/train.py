@@ -2,16 +2,26 @@
 
   python scripts/train.py --spec SPEC --out DIR                                        (single, dp)
   torchrun --standalone --nproc-per-node=G scripts/train.py --spec SPEC --out DIR      (ddp)
+  srun torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d ... scripts/train.py ...  (ddp, N nodes)
+
+The workflow runs it through `python -m dpstudy.launch`, which picks the right line.
 
 SPEC is a JSON object, inline or a file path (settings: config/schema.yaml, $defs/spec).
 """
+import os
 import time
 
 T0 = time.time()  # startup_s counts the imports too
+PARENT = os.getppid()
 
 import argparse  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
+
+from dpstudy.lifeline import die_with_parent  # noqa: E402
+
+# A rank dies with its launcher (torchrun starts ranks in sessions of their own): a killed
+# launcher must not leave ranks training on and writing a record later.
+die_with_parent(parent=PARENT)
 
 
 def main() -> int:

@@ -32,15 +32,23 @@ def make_spec(**keys: Any) -> dict[str, Any]:
 
 def cell_id(spec: dict[str, Any], suffix: str = "") -> str:
     """DESIGN 3.2's id; `suffix` carries what the grid varies beyond the grid keys (e.g. -r1)."""
-    return f"{spec['dataset']}-{spec['model']}-{spec['mode']}-g{spec['gpus']}-b{spec['batch']}-{spec['backend']}{suffix}"
+    nodes = f"-nodes{spec['nodes']}" if spec["nodes"] > 1 else ""
+    return (f"{spec['dataset']}-{spec['model']}-{spec['mode']}-g{spec['gpus']}-b{spec['batch']}-{spec['backend']}"
+            f"{nodes}{suffix}")
 
 
 def make_env(spec: dict[str, Any], code: dict[str, Any], device: str) -> dict[str, Any]:
+    """A host `testhost`, run locally; a multi-node cell's ranks on SLURM nodes n1, n2, ..."""
     gpus = ["Fake GPU"] * 8 if device == "cuda" else []
+    world = spec["gpus"] * spec["nodes"] if spec["mode"] == "ddp" else 1
+    ranks = [{"rank": r, "local_rank": r % spec["gpus"], "hostname": "testhost",
+              "node": f"n{r // spec['gpus'] + 1}" if spec["nodes"] > 1 else "testhost"} for r in range(world)]
+    job = {"scheduler": "slurm", "job_id": "7", "cuda_visible_devices": "0"} if spec["nodes"] > 1 else {
+        "scheduler": "local", "job_id": None, "cuda_visible_devices": None}
     return {"torch": "2.14.1", "cuda": "13.0" if device == "cuda" else None, "cudnn": None,
             "nccl": None, "python": "3.11.2", "hostname": "testhost", "cpu": "Test CPU 9000",
-            "gpus": gpus, "driver": None, "world_size": spec["gpus"] if spec["mode"] == "ddp" else 1,
-            "device": device, "threads_per_process": 1, "code_version": dict(code)}
+            "gpus": gpus, "driver": None, "world_size": world, "nodes": spec["nodes"], "device": device,
+            "threads_per_process": 1, "code_version": dict(code), "ranks": ranks, "job": job}
 
 
 def make_epochs(spec: dict[str, Any], samples_per_s: float, accs: list[float], wait_frac: float,
@@ -63,7 +71,7 @@ def make_record(status: str = "ok", *, samples_per_s: float = 1000.0, accs: tupl
                 suffix: str = "", **spec_keys: Any) -> dict[str, Any]:
     """One record. ok: every epoch at `samples_per_s`; oom: the first epoch only; skipped: no epochs."""
     spec = make_spec(**spec_keys)
-    peak_mem = peak_mem if peak_mem is not None else [100.0 + spec["batch"] / 64] * spec["gpus"]
+    peak_mem = peak_mem if peak_mem is not None else [100.0 + spec["batch"] / 64] * spec["gpus"] * spec["nodes"]
     accs = list(accs)[: 1 if status == "oom" else spec["epochs"]]
     epochs = [] if status == "skipped" else make_epochs(spec, samples_per_s, accs, wait_frac, peak_mem)
     summary = record.empty_summary()

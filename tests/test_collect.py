@@ -174,3 +174,23 @@ def test_cli_reads_a_record_list_and_reports_bad_files(tmp_path):
     run = subprocess.run([*script, "--records", str(bad), "--out-dir", str(tmp_path / "t2")],
                          capture_output=True, text=True)
     assert run.returncode != 0 and str(bad) in run.stderr and not (tmp_path / "t2" / "cells.csv").exists()
+
+
+def test_multi_node_cells_count_every_device_of_the_world(tmp_path):
+    cells = by_cell(tables_of(tmp_path, [
+        make_record(mode="single", batch=64, samples_per_s=1000.0),
+        make_record(mode="ddp", gpus=2, nodes=2, batch=64, backend="gloo", samples_per_s=3000.0),
+    ])["cells"])
+    multi = cells.loc["synthetic-lenet-ddp-g2-b64-gloo-nodes2"]
+    assert (multi["nodes"], multi["devices"], multi["world_size"], multi["global_batch"]) == (2, 4, 4, 64)
+    assert multi["baseline"] == "synthetic-lenet-single-g1-b64-none"
+    assert multi["speedup"] == pytest.approx(3.0) and multi["efficiency"] == pytest.approx(0.75)
+    assert multi["scheduler"] == "slurm" and multi["job_id"] == "7" and multi["rank_nodes"] == "n1; n2"
+    assert cells.loc["synthetic-lenet-single-g1-b64-none", "rank_nodes"] == "testhost"
+
+
+def test_records_from_before_a_setting_existed_get_its_default(tmp_path):
+    old = make_record(mode="ddp", gpus=2, batch=64, backend="gloo")
+    del old["spec"]["nodes"]
+    cells = by_cell(tables_of(tmp_path, [old])["cells"])
+    assert cells.loc["synthetic-lenet-ddp-g2-b64-gloo", ["nodes", "devices"]].tolist() == [1, 2]

@@ -62,6 +62,19 @@ def test_speedup_slower_and_not_measured(tmp_path):
     assert text.startswith("*Not measured in this study:*") and DP_REASON in text
 
 
+def test_intra_and_inter_node_scaling_at_equal_world_size(tmp_path):
+    tables = tables_of(tmp_path, [
+        make_record(mode="single", samples_per_s=1000.0),
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1800.0),
+        make_record(mode="ddp", gpus=1, nodes=2, backend="gloo", samples_per_s=1200.0),
+    ])
+    text = findings.speedup(tables["cells"], tables["epochs"])
+    assert "DDP (gloo) on 2 nodes x 1 devices was 1.20x faster than one device at batch 64, 60 % efficiency." in text
+    assert ("Intra- vs inter-node scaling (same world size):\n- synthetic/lenet at batch 64: 2 devices on one node "
+            "reached 90 % efficiency, spread over 2 nodes 60 % (0.67x the one-node throughput).") in text
+    assert "**Jobs** 2 cells local; 1 cell as SLURM jobs (ids 7) on nodes n1, n2" in findings.environment(tables["cells"], "s")
+
+
 def test_accuracy_gap_between_modes(grid):
     text = findings.accuracy(grid["cells"])
     assert "differed by at most 0.8 points across modes" in text

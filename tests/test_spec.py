@@ -4,7 +4,7 @@ import pytest
 
 from dpstudy.cells import cell_id
 from dpstudy.schema import ConfigError
-from dpstudy.spec import complete, global_batch, load_spec, per_device_batch, scaled_lr
+from dpstudy.spec import complete, devices, global_batch, load_spec, per_device_batch, scaled_lr
 
 BASE = {"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "batch": 64, "backend": "gloo"}
 
@@ -32,6 +32,10 @@ def test_inline_and_file_specs_agree(tmp_path):
     ({"mode": "single"}, "mode 'single' needs gpus 1"),
     ({"workers": 2}, "workers 2 needs loader 'torch'"),
     ({"epochs": 0}, "epochs"),
+    ({"mode": "single", "gpus": 1, "backend": "none", "nodes": 2}, "mode 'single' runs as one process on one node, got nodes 2"),
+    ({"mode": "dp", "backend": "none", "nodes": 2}, "mode 'dp' runs as one process on one node, got nodes 2"),
+    ({"nodes": 0}, "nodes"),
+    ({"nodes": 2, "batch": 6}, "batch 6 is not divisible by nodes x gpus 4"),
 ])
 def test_bad_specs_name_the_key(change, message):
     with pytest.raises(ConfigError, match=message):
@@ -55,3 +59,16 @@ def test_cell_ids_are_readable():
     spec = complete({**BASE, "lr": 0.1, "repeat": 2})
     assert cell_id(spec) == "synthetic-lenet-ddp-g2-b64-gloo"
     assert cell_id(spec, ["lr", "batch"], repeats=3) == "synthetic-lenet-ddp-g2-b64-gloo-lr0p1-r2"
+
+
+def test_nodes_multiply_the_devices_of_a_cell():
+    spec = complete({**BASE, "nodes": 2, "batch": 64, "lr_scaling": "linear"})
+    assert devices(spec) == 4 and per_device_batch(spec) == 16 and global_batch(spec) == 64
+    assert scaled_lr(spec) == pytest.approx(0.2)
+    spec = complete({**BASE, "nodes": 2, "batch": 64, "batch_scope": "per_device"})
+    assert per_device_batch(spec) == 64 and global_batch(spec) == 256
+
+
+def test_only_multi_node_cells_name_their_nodes():
+    assert cell_id(complete(BASE)) == "synthetic-lenet-ddp-g2-b64-gloo"
+    assert cell_id(complete({**BASE, "nodes": 2}), ["nodes", "lr"]) == "synthetic-lenet-ddp-g2-b64-gloo-nodes2-lr0p05"

@@ -87,8 +87,10 @@ def test_ddp_over_gloo_matches_single_device(data_root, tmp_path):
     ({"mode": "dp", "gpus": 2}, None, "mode dp needs CUDA"),
     ({"mode": "ddp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
     ({"device": "cuda"}, None, "no CUDA device is visible"),
-    ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match gpus 2"),
-    ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match gpus 1"),
+    ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
+    ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match nodes x gpus 1"),
+    ({"mode": "ddp", "gpus": 1, "nodes": 2, "backend": "gloo"}, 1,
+     "nodes 2 needs a launch on 2 nodes (srun torchrun --nnodes=2"),
 ])
 def test_cells_the_hardware_cannot_run_are_skipped(data_root, tmp_path, settings, nproc, reason):
     proc = train(spec_for(data_root, **settings), tmp_path, nproc=nproc)

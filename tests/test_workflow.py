@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
+import shutil
+import signal
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from workflow import REPO, copy_checkout, dry_run, snakemake
+from workflow import (REPO, copy_checkout, dry_run, processes_with, snakemake, start_snakemake, wait_for_text,
+                      wait_until_gone)
 
 AGGREGATIONS = {"collect", "figures", "report", "all"}
 CONFIG_CHANGED = AGGREGATIONS | {"study_config"}  # the report shows the resolved study
@@ -185,3 +190,62 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     html = (workdir / "results/report/report.html").read_text()
     assert "DDP (gloo) on 2 devices was" in html
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
+
+
+LONG = "synthetic-lenet-ddp-g2-b8-gloo-epochs60"
+WITH_LONG = {**SMALL, "sweeps": [*SMALL["sweeps"], {
+    "name": "long", "dataset": "synthetic", "model": "lenet",
+    "grid": {"mode": ["ddp"], "gpus": [2], "batch": [8], "backend": ["gloo"]}, "set": {"epochs": 60}}]}
+
+
+@pytest.fixture
+def running_long_cell(finished, tmp_path):
+    """A copy of the finished study, running one more cell (DDP over 2 ranks) in the background:
+    (workdir, snakemake process, the ranks' pids)."""
+    workdir = tmp_path / "study"
+    shutil.copytree(finished, workdir, symlinks=True)
+    # Bring the copy's tables up to date first (earlier tests edit code and flag cells stale).
+    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", config=SMALL)
+    proc = start_snakemake(workdir, "--cores", "2", "--resources", "gpu=2", config=WITH_LONG)
+    try:
+        wait_for_text(workdir / f"results/cells/{LONG}/train.log", "epoch 1/", proc)
+        ranks = processes_with(f"--out results/cells/{LONG} --cell")
+        ranks = [pid for pid in ranks if "scripts/train.py" in Path(f"/proc/{pid}/cmdline").read_text()
+                 and "torchrun" not in Path(f"/proc/{pid}/cmdline").read_text()]
+        assert len(ranks) == 2
+        yield workdir, proc, ranks
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        wait_until_gone(processes_with(f"results/cells/{LONG}"), 10)
+
+
+@pytest.mark.slow
+def test_killing_snakemake_and_torchrun_takes_the_ranks_along(running_long_cell):
+    workdir, proc, ranks = running_long_cell
+    torchrun = [p for p in processes_with(f"results/cells/{LONG}") if "torchrun" in Path(f"/proc/{p}/cmdline").read_text()]
+    os.kill(proc.pid, signal.SIGKILL)
+    for pid in torchrun:
+        os.kill(pid, signal.SIGKILL)
+    assert wait_until_gone(ranks, 5) == [], "ranks kept training after their launcher was killed"
+    assert wait_until_gone(processes_with(f"results/cells/{LONG}"), 5) == []
+    time.sleep(2)
+    assert not (workdir / f"results/cells/{LONG}/record.json").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_job_leaves_no_record_and_the_rerun_runs_just_it(running_long_cell):
+    workdir, proc, ranks = running_long_cell
+    tables_before = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
+    records_before = {c: (workdir / f"results/cells/{c}/record.json").read_bytes() for c in ALPHA | BETA}
+    os.killpg(proc.pid, signal.SIGKILL)  # the job's process group: snakemake, the launcher, torchrun
+    assert wait_until_gone(ranks, 5) == [], "ranks kept training after their process group was killed"
+    time.sleep(2)
+    assert not (workdir / f"results/cells/{LONG}/record.json").exists()
+    assert {c: (workdir / f"results/cells/{c}/record.json").read_bytes() for c in ALPHA | BETA} == records_before
+    snakemake(workdir, "--unlock", config=WITH_LONG)  # a killed Snakemake leaves its lock behind
+    assert dry_run(workdir, WITH_LONG)["train"] == [LONG]
+    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", config=WITH_LONG)
+    tables_after = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
+    assert tables_after.loc[LONG, "status"] == "ok"
+    pd.testing.assert_frame_equal(tables_after.loc[tables_before.index], tables_before)

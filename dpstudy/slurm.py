@@ -1,0 +1,95 @@
+"""What SLURM knows about a job: its allocation, where its output went, and why it ended.
+
+The launcher asks these questions from inside a job (SLURM_JOB_ID set), with SLURM's own client
+tools. sacct needs the accounting database; where there is none (or a job aged out of it),
+scontrol answers from the controller, and the job's output file holds slurmstepd's messages.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# slurmstepd's words when it stops a job for its limits (cgroup and jobacct_gather alike)
+TIME_LIMIT = re.compile(r"DUE TO TIME LIMIT", re.IGNORECASE)
+MEMORY_LIMIT = re.compile(r"^.*(exceeded (job )?memory limit|oom[-_ ]kill|out of memory).*$",
+                          re.IGNORECASE | re.MULTILINE)
+_KEY_VALUE = re.compile(r"(\w[\w:/]*)=(.*?)(?=\s+\w[\w:/]*=|$)")
+
+
+def job_id() -> str | None:
+    """This process's SLURM job, if it runs in one."""
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def run(*command: str) -> str | None:
+    """stdout of a SLURM client command, or None when it is missing or fails."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def scontrol(kind: str, name: str) -> dict[str, str]:
+    """`scontrol show job|node NAME` as {key: value}; empty when the controller does not know it."""
+    out = run("scontrol", "show", kind, "--oneliner", name)
+    return dict(_KEY_VALUE.findall(out.strip())) if out else {}
+
+
+@dataclass(frozen=True)
+class Allocation:
+    job_id: str
+    nodes: int
+    head: str  # address of the batch host, where this launcher runs: the rendezvous host
+
+
+def allocation(job: str) -> Allocation | None:
+    info = scontrol("job", job)
+    if not info.get("NumNodes") or not info.get("BatchHost"):
+        return None
+    nodes = int(info["NumNodes"].split("-")[0])
+    head = scontrol("node", info["BatchHost"]).get("NodeAddr") or info["BatchHost"]
+    return Allocation(job, nodes, head)
+
+
+def stdout_path(job: str) -> str | None:
+    return scontrol("job", job).get("StdOut")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # time | memory | cancelled | other
+    text: str  # the scheduler's words, for a record's reason
+
+
+def job_state(job: str) -> dict[str, str]:
+    """State, reason, elapsed and time limit of a job: from sacct, else from scontrol."""
+    out = run("sacct", "-j", job, "-X", "-n", "-P", "-o", "State,Reason,Elapsed,Timelimit")
+    if out and out.strip():
+        state, reason, elapsed, limit = out.strip().splitlines()[0].split("|")[:4]
+        return {"state": state, "reason": reason, "elapsed": elapsed, "limit": limit}
+    info = scontrol("job", job)
+    return {"state": info.get("JobState", ""), "reason": info.get("Reason", ""),
+            "elapsed": info.get("RunTime", ""), "limit": info.get("TimeLimit", "")}
+
+
+def verdict(job: str, output: str | None) -> Verdict:
+    """Why SLURM job `job` ended, from its state and from slurmstepd's lines in its output file."""
+    facts = job_state(job)
+    state = facts["state"] or "unknown"
+    text = Path(output).read_text(errors="replace") if output and Path(output).is_file() else ""
+    said = f"state {state}" + (f", reason {facts['reason']}" if facts["reason"] not in ("", "None") else "")
+    if state.startswith("TIMEOUT") or TIME_LIMIT.search(text):
+        limit = f" of {facts['limit']}" if facts["limit"] else ""
+        ran = f" after {facts['elapsed']}" if facts["elapsed"] else ""
+        return Verdict("time", f"SLURM job {job} was stopped at its time limit{limit}{ran} ({said})")
+    memory = MEMORY_LIMIT.search(text)
+    if state.startswith("OUT_OF_MEMORY") or memory:
+        detail = f": {memory.group(0).strip()}" if memory else ""
+        return Verdict("memory", f"SLURM job {job} was stopped at its memory limit ({said}){detail}")
+    if state.startswith("CANCELLED"):
+        return Verdict("cancelled", f"SLURM job {job} was cancelled ({said})")
+    return Verdict("other", f"SLURM job {job} ended ({said})")
