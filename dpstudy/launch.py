@@ -148,7 +148,8 @@ class Launcher:
             yield env
             return
         visible = gpu_pool.visible_gpu_count()
-        if "CUDA_VISIBLE_DEVICES" in env or visible == 0:  # a scheduler chose them, or there are none
+        # A scheduler chose them, or this machine has too few (train.py records the skip).
+        if "CUDA_VISIBLE_DEVICES" in env or self.args.gpus > visible:
             yield env
             return
         with gpu_pool.acquire(self.args.gpus, visible) as slots:
