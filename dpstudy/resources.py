@@ -51,7 +51,7 @@ def train_resources(spec: dict[str, Any], job: dict[str, Any], gpus: bool) -> di
         "gres": f"gpu:{spec['gpus']}" if gpus and several else None,
         "cpus_per_task": None if gpus and not several else cores,
         "cpus_per_gpu": 1 + spec["workers"] if gpus and not several else None,
-        "mem_mb": processes_per_node(spec) * job["mem_mb_per_process"],
+        "mem_mb": processes_per_node(spec) * job["mem_mb_per_process"] + job["mem_mb_per_job"],
         "runtime": job["runtime_min"],
         "nodes": nodes,
         "tasks": nodes if several or not gpus else None,

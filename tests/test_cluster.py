@@ -32,7 +32,7 @@ STUDY = {
     "datasets": {"synthetic": {"train_size": 512, "test_size": 128}},
     "defaults": {"epochs": 2},
     "bench": {"kernels": False, "comm": False},
-    "resources": {"mem_mb_per_process": 1500, "runtime_min": 10},
+    "resources": {"mem_mb_per_process": 1500, "runtime_min": 10},  # plus mem_mb_per_job's 1000 per job
     "sweeps": [
         ONE_NODE,
         {"name": "nodes", "dataset": "synthetic", "model": "lenet",
@@ -40,7 +40,7 @@ STUDY = {
         {"name": "slow", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [8]},
          "set": {"epochs": 1000}, "resources": {"runtime_min": 1}},
         {"name": "big", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [16]},
-         "resources": {"mem_mb_per_process": 200}},
+         "resources": {"mem_mb_per_process": 200, "mem_mb_per_job": 0}},
     ],
 }
 LOCAL = {**STUDY, "sweeps": [ONE_NODE]}
@@ -143,7 +143,7 @@ def comparable(rec: dict) -> dict:
     for key in ("median_epoch_s", "samples_per_s", "startup_s", "total_s"):
         rec["summary"].pop(key)
     for key in ("hostname", "job", "cpu", "cpu_count"):
-        rec["env"].pop(key)
+        rec["env"].pop(key, None)
     rec["env"]["ranks"] = [(r["rank"], r["local_rank"]) for r in rec["env"]["ranks"]]
     return rec
 

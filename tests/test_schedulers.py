@@ -14,7 +14,8 @@ SPEC = complete({"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus"
 
 def properties(spec=SPEC, gpus=True, **extra) -> dict:
     """What Snakemake writes into a job script for a train job of `spec` (None resources dropped)."""
-    res = {k: v for k, v in train_resources(spec, {"mem_mb_per_process": 3000, "runtime_min": 90}, gpus).items()
+    job = {"mem_mb_per_process": 3000, "mem_mb_per_job": 0, "runtime_min": 90}
+    res = {k: v for k, v in train_resources(spec, job, gpus).items()
            if v is not None}
     return {"rule": "train", "wildcards": {"cell": "c1"}, "threads": 4, "resources": {**res, **extra}}
 

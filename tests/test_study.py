@@ -37,8 +37,10 @@ def test_single_and_dp_stay_on_one_node_and_only_multi_node_ids_say_nodes():
 
 def test_sweep_resources_override_the_study_and_defaults_fill_the_rest():
     by_id = cells()
-    assert by_id["synthetic-lenet-ddp-g1-b64-gloo"].resources == {"mem_mb_per_process": 3000, "runtime_min": 5}
-    assert by_id["synthetic-lenet-single-g1-b32-none"].resources == {"mem_mb_per_process": 3000, "runtime_min": 60}
+    assert by_id["synthetic-lenet-ddp-g1-b64-gloo"].resources == {"mem_mb_per_process": 3000, "mem_mb_per_job": 1000,
+                                                                  "runtime_min": 5}
+    assert by_id["synthetic-lenet-single-g1-b32-none"].resources == {"mem_mb_per_process": 3000, "mem_mb_per_job": 1000,
+                                                                     "runtime_min": 60}
 
 
 @pytest.mark.parametrize("change, message", [
@@ -76,21 +78,21 @@ def resources_of(cell_id, gpus):
 
 def test_one_node_gpu_job_asks_for_its_gpus_and_cores_per_gpu():
     assert resources_of("synthetic-lenet-ddp-g2-b64-gloo", gpus=True) == {
-        "gpu": 2, "cpus_per_gpu": 1, "mem_mb": 6000, "runtime": 5, "nodes": 1, "node_gpus": 2, "node_cores": 2}
+        "gpu": 2, "cpus_per_gpu": 1, "mem_mb": 7000, "runtime": 5, "nodes": 1, "node_gpus": 2, "node_cores": 2}
 
 
 def test_cpu_job_asks_for_one_task_with_a_core_per_process():
     assert resources_of("synthetic-lenet-ddp-g2-b64-gloo", gpus=False) == {
-        "gpu": 0, "cpus_per_task": 2, "mem_mb": 6000, "runtime": 5, "nodes": 1, "tasks": 1, "node_gpus": 0,
+        "gpu": 0, "cpus_per_task": 2, "mem_mb": 7000, "runtime": 5, "nodes": 1, "tasks": 1, "node_gpus": 0,
         "node_cores": 2}
     # dp and single run one process, whatever their devices
-    assert resources_of("synthetic-lenet-dp-g2-b64-none", gpus=True)["mem_mb"] == 3000
+    assert resources_of("synthetic-lenet-dp-g2-b64-none", gpus=True)["mem_mb"] == 4000
 
 
 def test_multi_node_job_runs_a_task_per_node_with_gpus_per_node():
     assert resources_of("synthetic-lenet-ddp-g2-b64-gloo-nodes2", gpus=True) == {
-        "gres": "gpu:2", "cpus_per_task": 2, "mem_mb": 6000, "runtime": 5, "nodes": 2, "tasks": 2,
+        "gres": "gpu:2", "cpus_per_task": 2, "mem_mb": 7000, "runtime": 5, "nodes": 2, "tasks": 2,
         "tasks_per_gpu": 0, "mpi": "srun", "node_gpus": 2, "node_cores": 2}
     assert resources_of("synthetic-lenet-ddp-g1-b64-gloo-nodes2", gpus=False) == {
-        "cpus_per_task": 1, "mem_mb": 3000, "runtime": 5, "nodes": 2, "tasks": 2, "mpi": "srun", "node_gpus": 0,
+        "cpus_per_task": 1, "mem_mb": 4000, "runtime": 5, "nodes": 2, "tasks": 2, "mpi": "srun", "node_gpus": 0,
         "node_cores": 1}
