@@ -142,6 +142,8 @@ def comparable(rec: dict) -> dict:
             epoch.pop(key)
     for key in ("median_epoch_s", "samples_per_s", "startup_s", "total_s"):
         rec["summary"].pop(key)
+    for key in ("sync_step_s", "nosync_step_s", "allreduce_s", "scatter_s", "replicate_s", "gather_s"):
+        (rec.get("probe") or {}).pop(key, None)
     for key in ("hostname", "job", "cpu", "cpu_count"):
         rec["env"].pop(key, None)
     rec["env"]["ranks"] = [(r["rank"], r["local_rank"]) for r in rec["env"]["ranks"]]
