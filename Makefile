@@ -6,9 +6,10 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 GPUS ?= 2
 
-# Debian packages of the cluster tests (a private SLURM); `make test` installs the missing ones
-# when it runs as root, otherwise those tests are skipped with the reason.
-SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge
+# Debian packages of the tests: a private SLURM (the cluster tests) and Chromium (the HTML report,
+# opened headless); `make test` installs the missing ones when it runs as root, otherwise those
+# tests are skipped with the reason.
+SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge chromium
 
 .PHONY: setup system-packages test test-fast run clean
 
@@ -26,11 +27,11 @@ system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing" $$missing "(Debian) for the cluster tests"; \
+		echo "installing" $$missing "(Debian) for the tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
-			|| echo "could not install" $$missing": the slurm tests will be skipped"; \
+			|| echo "could not install" $$missing": the tests that need them will be skipped"; \
 	else \
-		echo "not installing" $$missing "(needs root and apt-get): the slurm tests will be skipped"; \
+		echo "not installing" $$missing "(needs root and apt-get): the tests that need them will be skipped"; \
 	fi
 
 test: setup system-packages

@@ -5,7 +5,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The default study, unless the command line names one (`--configfile STUDY.yaml`): a study is a
+# whole config, so nothing of the quickstart (its optimizer, its repeats) leaks into another.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "rules/common.smk"

@@ -31,17 +31,22 @@ ENV_COLUMNS = {"world_size": "world_size", "device": "env_device", "torch": "tor
 # lr_scaling change nothing on one device, so the baseline ignores them too.
 BASELINE_IGNORES = ("mode", "gpus", "nodes", "backend", "data_root", "repeat", "batch_scope", "lr_scaling")
 BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
+# A setting: a cell up to its repeat index; the repeats of a setting are summarised together.
+SETTING_KEYS = [k for k in SPEC_KEYS if k not in ("repeat", "data_root")] + ["devices", "env_device", "global_batch"]
+# record.probe (dpstudy.probe): the parts of a step the scaling model needs.
+PROBE_FIELDS = ("sync_step_s", "nosync_step_s", "allreduce_s", "grad_bytes", "scatter_s", "replicate_s", "gather_s")
 
 CELL_COLUMNS = ("cell", *SPEC_KEYS, "status", "reason", *SUMMARY_FIELDS, "devices", "world_size", "env_device",
                 "global_batch", "epochs_done", "epochs_s", "overhead_s", "peak_mem_mb_max",
                 "peak_mem_mb_min", "baseline", "speedup", "efficiency", "stale", "record",
                 "torch", "cuda", "cudnn", "nccl", "python", "hostname", "cpu", "gpu_names", "driver",
-                "threads_per_process", "git_commit", "source_hash", "scheduler", "job_id", "rank_nodes")
+                "threads_per_process", "git_commit", "source_hash", "scheduler", "job_id", "rank_nodes",
+                *PROBE_FIELDS)
 EPOCH_COLUMNS = ("cell", *SPEC_KEYS, "status", "devices", "world_size", "env_device", "global_batch", "warmup",
                  *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"), "peak_mem_mb_max")
 RANK_COLUMNS = ("cell", "epoch", "rank", "peak_mem_mb")
 UTIL_COLUMNS = ("cell", "device", "t", "gpu_util", "mem_util", "mem_mb")
-TABLES = ("cells", "epochs", "ranks", "util")
+TABLES = ("cells", "epochs", "ranks", "util", "settings", "scaling")
 STALE_FILE = "stale.txt"
 
 
@@ -102,6 +107,7 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
         "git_commit": code.get("git_commit"), "source_hash": code.get("source_hash"),
         "scheduler": (env.get("job") or {}).get("scheduler"), "job_id": (env.get("job") or {}).get("job_id"),
         "rank_nodes": rank_nodes(env),
+        **{k: (rec.get("probe") or {}).get(k) for k in PROBE_FIELDS},
     }
 
 
@@ -135,7 +141,7 @@ def cells_table(records: list[tuple[str, dict]], current_hash: str | None) -> pd
     rows = [cell_row(path, rec, current_hash) for path, rec in records]
     cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
     cells = cells.astype({"samples_per_s": float, "gpus": "Int64", "nodes": "Int64", "devices": "Int64",
-                          "repeat": "Int64"})
+                          "repeat": "Int64", **{k: float for k in PROBE_FIELDS}})
     return with_speedup(cells)[list(CELL_COLUMNS)].sort_values("cell", ignore_index=True)
 
 
@@ -171,6 +177,15 @@ def collect(record_paths: Iterable[str | Path], current_code_version: dict[str, 
     records = read_records(record_paths)
     return {"cells": cells_table(records, current_code_version.get("source_hash")),
             "epochs": epochs_table(records), "ranks": ranks_table(records), "util": util_table(records)}
+
+
+def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.stats) and
+    "scaling" (the why-not-N-x model, dpstudy.scaling; `comm` is comm_bench's table or None)."""
+    from dpstudy import scaling, stats
+
+    return {**tables, "settings": stats.settings_table(tables["cells"]),
+            "scaling": scaling.model(tables["cells"], tables["epochs"], comm)}
 
 
 def stale_records(cells: pd.DataFrame) -> list[str]:

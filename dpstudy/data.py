@@ -37,6 +37,7 @@ class DatasetInfo:
     classes: tuple[str, ...]
     generated: bool  # True: made from a seed by dpstudy.synthetic, nothing to download
     files: tuple[str, ...]  # downloaded file names; must match torchvision's (tests check)
+    stand_in: str | None = None  # the generated dataset of the same shape and classes (config stand_in)
 
 
 _DIGITS = tuple(str(d) for d in range(10))
@@ -45,15 +46,16 @@ _MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
 _PATTERNS = tuple(f"c{d}" for d in range(10))
 
 DATASETS: dict[str, DatasetInfo] = {info.name: info for info in (
-    DatasetInfo("mnist", 1, 28, _DIGITS, False, _MNIST_FILES),
+    DatasetInfo("mnist", 1, 28, _DIGITS, False, _MNIST_FILES, "synthetic"),
     DatasetInfo("fashion_mnist", 1, 28, ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
-                                         "Shirt", "Sneaker", "Bag", "Ankle boot"), False, _MNIST_FILES),
+                                         "Shirt", "Sneaker", "Bag", "Ankle boot"), False, _MNIST_FILES, "synthetic"),
     DatasetInfo("cifar10", 3, 32, ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                                   "ship", "truck"), False, ("cifar-10-python.tar.gz",)),
+                                   "ship", "truck"), False, ("cifar-10-python.tar.gz",), "synthetic_rgb"),
     DatasetInfo("stl10", 3, 96, ("airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship",
-                                 "truck"), False, ("stl10_binary.tar.gz",)),
+                                 "truck"), False, ("stl10_binary.tar.gz",), "synthetic_stl"),
     DatasetInfo("synthetic", 1, 28, _PATTERNS, True, ()),
     DatasetInfo("synthetic_rgb", 3, 32, _PATTERNS, True, ()),
+    DatasetInfo("synthetic_stl", 3, 96, _PATTERNS, True, ()),
 )}
 
 SPLITS = ("train", "test")

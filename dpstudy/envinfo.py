@@ -8,6 +8,7 @@ import os
 import platform
 import socket
 from functools import cache
+from pathlib import Path
 
 from dpstudy.provenance import code_version
 
@@ -54,6 +55,22 @@ def nccl_version() -> str | None:
         return ".".join(map(str, torch.cuda.nccl.version()))
     except Exception:
         return None
+
+
+def torch_version() -> str | None:
+    """torch.__version__ (with its local label, e.g. +cu130) read from its file: without importing torch."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def rank_host(rank: int, local_rank: int) -> dict:

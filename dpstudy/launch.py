@@ -13,7 +13,8 @@ The train rule execs this (G and C per node). It
   SIGHUP (a cancelled job, a time limit, Ctrl-C) it stops the child and leaves no record: the
   cell is not finished and the next run reruns it;
 - writes a failed record when the child ends without one (the kernel killed a rank, torchrun
-  failed), so the report lists the cell with the reason instead of losing it;
+  failed), so the report lists the cell with the reason instead of losing it, and the skipped
+  record of a cell that needs CUDA when its job reserved no GPU, without starting torch;
 - on a retry (attempt > 1) after SLURM stopped the previous attempt at its time or memory limit,
   writes a failed record with SLURM's reason instead of training again (the cluster profiles
   set `retries: 1` for this). A cancelled previous attempt ends the job without a record.
@@ -31,16 +32,15 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import IO, Iterator
 
 from dpstudy import gpus as gpu_pool, record, slurm
 from dpstudy.atomic import write_json
-from dpstudy.envinfo import job_info
+from dpstudy.envinfo import job_info, torch_version
 from dpstudy.lifeline import child_dies_with_us, die_with_parent
 from dpstudy.provenance import REPO, code_version
-from dpstudy.spec import devices
+from dpstudy.spec import devices, hardware_gap
 
 TRAIN_SCRIPT = REPO / "scripts" / "train.py"
 ATTEMPT_FILE = "attempt.json"
@@ -122,6 +122,10 @@ class Launcher:
     def train(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         self.record_path.unlink(missing_ok=True)  # an old record must not stand for this run
+        gap = hardware_gap(self.spec, 0) if self.args.gpus == 0 else None
+        if gap:  # the cell will see no GPU (see gpu_environment): no need to start torch to know
+            self.write_record("skipped", gap)
+            return 0
         job = slurm.job_id()
         allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
         argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
@@ -167,7 +171,7 @@ class Launcher:
         reason = f"the training processes ended ({describe_exit(code)}) without writing a record; see train.log"
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
             reason += " (SIGKILL: the kernel's out-of-memory killer?)"
-        self.write_failed(reason)
+        self.write_record("failed", reason)
         return 0
 
     def finish_stopped(self) -> int:
@@ -186,16 +190,13 @@ class Launcher:
                     return None
                 time.sleep(0.2)
 
-    def write_failed(self, reason: str) -> None:
-        self.say(f"cell failed: {reason}")
-        try:
-            torch_version = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            torch_version = None
+    def write_record(self, status: str, reason: str) -> None:
+        """The record of a cell that ended here, without a training process to write it."""
+        self.say(f"cell {status}: {reason}")
         world = devices(self.spec) if self.spec["mode"] == "ddp" else 1
-        env = {"torch": torch_version, "python": platform.python_version(), "hostname": socket.gethostname(),
+        env = {"torch": torch_version(), "python": platform.python_version(), "hostname": socket.gethostname(),
                "world_size": world, "nodes": self.spec["nodes"], "code_version": code_version(), "job": job_info()}
-        record.write(self.record_path, record.make(self.args.cell, "failed", reason, self.spec, env,
+        record.write(self.record_path, record.make(self.args.cell, status, reason, self.spec, env,
                                                    summary={"total_s": time.time() - self.t0}))
 
     # ---- retries ----------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class Launcher:
         verdict = slurm.verdict(previous["job_id"], previous.get("stdout"))
         self.say(f"attempt {self.args.attempt}: {verdict.text}")
         if verdict.kind in ("time", "memory"):
-            self.write_failed(verdict.text)
+            self.write_record("failed", verdict.text)
             return 0
         if verdict.kind == "cancelled":
             self.say("not training again in this run: run snakemake again to rerun the cell")

@@ -46,6 +46,7 @@ class Outcome:
                           "code_version": {}}
         self.epochs: list[dict] = []
         self.util: dict | None = None
+        self.probe: dict | None = None
         self.startup_s: float | None = None
         self._lock = threading.Lock()
         self._done = False
@@ -70,7 +71,8 @@ class Outcome:
             summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
             summary["samples_per_s"] = sum(e["samples"] for e in steady) / sum(e["wall_s"] for e in steady)
             summary["final_test_acc"] = self.epochs[-1]["test_acc"]
-        return record.make(self.cell, status, reason, self.spec, self.env, self.epochs, summary, self.util)
+        return record.make(self.cell, status, reason, self.spec, self.env, self.epochs, summary, self.util,
+                           self.probe)
 
     # ---- faults ----------------------------------------------------------------------------
 

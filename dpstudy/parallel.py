@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from dpstudy.loaders import Shard
+from dpstudy.spec import hardware_gap
 
 
 class Skip(Exception):
@@ -126,15 +127,9 @@ def plan(spec: dict, env: dict[str, str] | None = None) -> Parallel:
     env = os.environ if env is None else env
     mode, gpus, backend = spec["mode"], spec["gpus"], spec["backend"]
     device_type = resolve_device(spec["device"])
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device_type == "cuda" and visible == 0:
-        raise Skip("device 'cuda' was requested but no CUDA device is visible")
-    if mode == "dp" and device_type != "cuda":
-        raise Skip("mode dp needs CUDA: nn.DataParallel splits batches over GPUs only")
-    if backend == "nccl" and device_type != "cuda":
-        raise Skip("backend nccl needs CUDA GPUs; on CPU only gloo runs")
-    if device_type == "cuda" and gpus > visible:
-        raise Skip(f"the cell needs {gpus} GPUs but {visible} are visible")
+    gap = hardware_gap(spec, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if gap:
+        raise Skip(gap)
 
     world = int(env.get("WORLD_SIZE", "1"))
     if mode != "ddp":

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from dpstudy.atomic import atomic_output
+from dpstudy.readable import not_run_lines as not_run_lines_of, plural
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -45,12 +46,15 @@ LABELS = {  # axis labels
     "devices": "devices", "speedup": "speedup vs one device", "efficiency": "scaling efficiency",
     "epoch": "epoch", "test_acc_pct": "test accuracy (%)", "final_test_acc_pct": "final test accuracy (%)",
     "seconds": "seconds per epoch (median of epochs >= 2)", "peak_mem_mb": "peak memory (MB)",
-    "t": "seconds since start", "value": "percent", "cell": "", "metric": "",
+    "t": "seconds since start", "value": "percent", "cell": "", "setting": "", "metric": "",
+    "predicted_speedup": "speedup the model predicts", "measured_speedup": "measured speedup",
 }
 # Legend titles stay about as long as the column names: seaborn sized the legend for those.
-LEGEND_TITLES = {"variant": "mode", "devices": "devices", "global_batch": "global batch", "part": "",
+LEGEND_TITLES = {"variant": "mode", "devices": "devices", "loss": "largest loss", "global_batch": "global batch", "part": "",
                  "metric": "", "device": "GPU"}
 MAX_NOTE_LINES = 12
+# Repeats: the median with a 95 % bootstrap interval, as in the tables (dpstudy.stats).
+INTERVAL = {"estimator": "median", "errorbar": ("ci", 95), "seed": 0}
 DPI = 110
 
 
@@ -80,12 +84,18 @@ def workload_facets(data: pd.DataFrame) -> dict:
     return {"col": "workload", "col_wrap": min(n, 3)} if n > 1 else {}
 
 
+def setting_of(cells: pd.Series) -> pd.Series:
+    """A cell's setting: its id without the repeat suffix (-r2); repeats share one bar or line."""
+    return cells.str.replace(r"-r\d+$", "", regex=True)
+
+
 def not_run_lines(cells: pd.DataFrame) -> list[str]:
+    """One line per reason, naming a few of its settings (see cells.csv for all)."""
     rest = cells[cells["status"] != "ok"].sort_values("cell")
-    lines = [f"{r.cell}: {r.status}" + (f" - {r.reason}" if isinstance(r.reason, str) else "")
-             for r in rest.itertuples()]
+    rest = rest.assign(setting=setting_of(rest["cell"]))
+    lines = not_run_lines_of(rest, "cell", lambda r: r.setting, shown=3)
     if len(lines) > MAX_NOTE_LINES:
-        lines = lines[: MAX_NOTE_LINES - 1] + [f"... and {len(lines) - MAX_NOTE_LINES + 1} more (see cells.csv)"]
+        lines = lines[: MAX_NOTE_LINES - 1] + [f"... and {len(lines) - MAX_NOTE_LINES + 1} more reasons (see cells.csv)"]
     return lines
 
 
@@ -140,8 +150,8 @@ def log2_axis(grid: sns.FacetGrid, values: pd.Series) -> None:
 
 def versus_batch(ok: "pd.DataFrame", y: str) -> "sns.FacetGrid":
     """y against the global batch (log2 axis), a line per mode and device count."""
-    g = sns.relplot(ok, x="global_batch", y=y, style="devices", kind="line", markers=True,
-                    errorbar="sd", height=3.5, aspect=1.3, **hue(ok), **workload_facets(ok))
+    g = sns.relplot(ok, x="global_batch", y=y, style="devices", kind="line", markers=True, **INTERVAL,
+                    height=3.5, aspect=1.3, **hue(ok), **workload_facets(ok))
     label(g, "global_batch", y)
     log2_axis(g, ok["global_batch"])
     return g
@@ -169,7 +179,7 @@ def scaling(tables: Tables) -> Figure:
                                             value_name="value")
     rows = {"row": "workload"} if long["workload"].nunique() > 1 else {}
     g = sns.relplot(long, x="devices", y="value", col="metric", style="batch", kind="line", markers=True,
-                    errorbar="sd", height=3.5, facet_kws={"sharey": False}, **hue(long), **rows)
+                    **INTERVAL, height=3.5, facet_kws={"sharey": False}, **hue(long), **rows)
     label(g, "devices", "metric")
     devices = sorted(long["devices"].unique())
     for key, ax in g.axes_dict.items():
@@ -183,6 +193,30 @@ def scaling(tables: Tables) -> Figure:
     return finish(g, title, cells)
 
 
+def model(tables: Tables) -> Figure:
+    """Predicted (dpstudy.scaling) vs measured speedup, one point per setting; the diagonal is a
+    perfect model, the dotted lines the ideal n x."""
+    from dpstudy.scaling import by_setting
+
+    cells = labelled(tables["cells"])
+    title = "Why not n times: the model's speedup vs the measured one"
+    table = by_setting(tables["scaling"])
+    if table.empty:
+        return message("No multi-device cell finished with a baseline: nothing to model.", title, cells)
+    table = labelled(table).assign(loss=table["largest"].str.split(" [(]").str[0])
+    g = sns.relplot(table, x="predicted_speedup", y="measured_speedup", style="loss", size="devices",
+                    sizes=(40, 160), height=4, aspect=1.2, **hue(table))
+    top = max(table["predicted_speedup"].max(), table["measured_speedup"].max(), table["devices"].max()) * 1.1
+    for ax in g.axes.flat:
+        ax.plot([0, top], [0, top], ls="-", color="0.6", lw=0.8)
+        for n in sorted(table["devices"].unique()):
+            ax.axhline(n, ls=":", color="0.4", lw=0.8)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+    label(g, "predicted_speedup", "measured_speedup")
+    return finish(g, title, cells)
+
+
 def epoch_split(tables: Tables) -> Figure:
     cells = labelled(tables["cells"])
     title = "Each epoch: waiting for data vs computing"
@@ -190,13 +224,14 @@ def epoch_split(tables: Tables) -> Figure:
     steady = epochs[~epochs["warmup"].astype(bool)]
     if steady.empty:
         return message("No cell finished: there are no epochs to show.", title, cells)
-    per_cell = steady.groupby("cell")[["data_wait_s", "compute_s"]].median().reset_index()
-    long = per_cell.melt(id_vars="cell", var_name="part", value_name="seconds")
+    steady = steady.assign(setting=setting_of(steady["cell"]))
+    per_setting = steady.groupby("setting")[["data_wait_s", "compute_s"]].median().reset_index()
+    long = per_setting.melt(id_vars="setting", var_name="part", value_name="seconds")
     long["part"] = long["part"].map({"data_wait_s": "waiting for data", "compute_s": "computing"})
-    # a stacked histogram weighted by seconds draws one stacked bar per cell
-    g = sns.displot(long, y="cell", weights="seconds", hue="part", hue_order=["computing", "waiting for data"],
-                    multiple="stack", discrete=True, shrink=0.8, **bar_size(len(per_cell)))
-    label(g, "seconds", "cell")
+    # a stacked histogram weighted by seconds draws one stacked bar per setting (median of repeats)
+    g = sns.displot(long, y="setting", weights="seconds", hue="part", hue_order=["computing", "waiting for data"],
+                    multiple="stack", discrete=True, shrink=0.8, **bar_size(len(per_setting)))
+    label(g, "seconds", "setting")
     return finish(g, title, cells)
 
 
@@ -234,10 +269,10 @@ def memory(tables: Tables) -> Figure:
     last = last.merge(finished(cells)[["cell"]], on="cell")
     if last.empty:
         return message("No cell finished: there is no memory to show.", title, cells)
-    last = last.assign(rank=last["rank"].map("rank {}".format))
-    g = sns.catplot(last, x="peak_mem_mb", y="cell", hue="rank", kind="bar", orient="h",
-                    **bar_size(len(last)))
-    label(g, "peak_mem_mb", "cell")
+    last = last.assign(rank=last["rank"].map("rank {}".format), setting=setting_of(last["cell"]))
+    g = sns.catplot(last, x="peak_mem_mb", y="setting", hue="rank", kind="bar", orient="h", **INTERVAL,
+                    **bar_size(last[["setting", "rank"]].drop_duplicates().shape[0]))
+    label(g, "peak_mem_mb", "setting")
     return finish(g, title, cells)
 
 
@@ -248,9 +283,9 @@ def backends(tables: Tables) -> Figure:
     ok = finished(ddp)
     if ok.empty:
         return message("No DDP cell finished: no backend to compare.", title, ddp)
-    ok = ok.assign(devices=ok["devices"].map("{} devices".format))
+    ok = ok.assign(devices=ok["devices"].map(lambda n: plural(n, "device")))
     rows = {"row": "workload"} if ok["workload"].nunique() > 1 else {}
-    g = sns.catplot(ok, x="global_batch", y="samples_per_s", col="devices", kind="bar", errorbar="sd",
+    g = sns.catplot(ok, x="global_batch", y="samples_per_s", col="devices", kind="bar", **INTERVAL,
                     height=3.5, aspect=1.2, **hue(ok), **rows)
     label(g, "global_batch", "samples_per_s")
     return finish(g, title, ddp)
@@ -277,6 +312,7 @@ def utilisation(tables: Tables) -> Figure:
 FIGURES: dict[str, Callable[[Tables], Figure]] = {
     "throughput.png": throughput,
     "scaling.png": scaling,
+    "model.png": model,
     "epoch_split.png": epoch_split,
     "accuracy_epochs.png": accuracy_epochs,
     "accuracy_batch.png": accuracy_batch,

@@ -21,6 +21,7 @@ TRAINING_SOURCES = (
     "dpstudy/loaders.py",
     "dpstudy/models",
     "dpstudy/parallel.py",
+    "dpstudy/probe.py",
     "dpstudy/spec.py",
     "dpstudy/train.py",
     "dpstudy/ext/csrc",

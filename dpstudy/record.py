@@ -62,6 +62,8 @@ RECORD_SCHEMA = {
         },
         "summary": {"type": "object", "required": list(SUMMARY_FIELDS), "properties": SUMMARY_FIELDS},
         "util": {"type": ["object", "null"]},
+        # optional: the parts of a step for the scaling model (dpstudy.probe), DDP and DP only
+        "probe": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},
     },
 }
 
@@ -76,10 +78,11 @@ def empty_summary() -> dict[str, Any]:
 
 def make(cell: str, status: str, reason: str | None, spec: dict[str, Any], env: dict[str, Any],
          epochs: list[dict[str, Any]] | None = None, summary: dict[str, Any] | None = None,
-         util: dict | None = None) -> dict[str, Any]:
+         util: dict | None = None, probe: dict | None = None) -> dict[str, Any]:
     """A record with every required field; what is not given stays empty."""
     return {"schema": SCHEMA_ID, "cell": cell, "status": status, "reason": reason, "spec": spec, "env": env,
-            "epochs": list(epochs or []), "summary": {**empty_summary(), **(summary or {})}, "util": util}
+            "epochs": list(epochs or []), "summary": {**empty_summary(), **(summary or {})}, "util": util,
+            "probe": probe}
 
 
 def write(path: str | Path, record: dict[str, Any]) -> None:

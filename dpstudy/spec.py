@@ -81,3 +81,21 @@ def global_batch(spec: dict[str, Any]) -> int:
 
 def scaled_lr(spec: dict[str, Any]) -> float:
     return spec["lr"] * devices(spec) if spec["lr_scaling"] == "linear" else spec["lr"]
+
+
+def hardware_gap(spec: dict[str, Any], visible_gpus: int) -> str | None:
+    """Why this machine cannot run the cell with `visible_gpus` CUDA devices, or None.
+
+    The one statement of these rules: the engine asks it with torch's device count before a
+    process group exists, and the launcher asks it without starting torch when its job reserved
+    no GPU (the cell then sees none)."""
+    wants_cuda = spec["device"] == "cuda" or (spec["device"] == "auto" and visible_gpus > 0)
+    if spec["device"] == "cuda" and visible_gpus == 0:
+        return "device 'cuda' was requested but no CUDA device is visible"
+    if spec["mode"] == "dp" and not wants_cuda:
+        return "mode dp needs CUDA: nn.DataParallel splits batches over GPUs only"
+    if spec["backend"] == "nccl" and not wants_cuda:
+        return "backend nccl needs CUDA GPUs; on CPU only gloo runs"
+    if wants_cuda and spec["gpus"] > visible_gpus:
+        return f"the cell needs {spec['gpus']} GPUs but {visible_gpus} are visible"
+    return None

@@ -104,6 +104,14 @@ def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
     return combo
 
 
+def dataset_of(study: dict[str, Any], sweep: dict[str, Any]) -> str:
+    """The sweep's dataset, or its generated stand-in when the study asks for one (config stand_in)."""
+    from dpstudy.data import DATASETS
+
+    dataset = DATASETS.get(sweep["dataset"])
+    return dataset.stand_in if study["stand_in"] and dataset and dataset.stand_in else sweep["dataset"]
+
+
 def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
     where = f"sweep {sweep['name']!r}: "
     base = {**schema.defaults("settings"), **study["defaults"], **sweep.get("set", {})}
@@ -125,7 +133,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
             continue
         repeats = settings.pop("repeats")
         raw = {**{k: v for k, v in settings.items() if k not in GRID_DIMENSIONS}, **kept,
-               "dataset": sweep["dataset"], "model": sweep["model"],
+               "dataset": dataset_of(study, sweep), "model": sweep["model"],
                "device": study["device"], "data_root": study["data_root"]}
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dpstudy import data, models, spec as specs
+from dpstudy import data, models, probe, spec as specs
 from dpstudy.envinfo import environment, rank_host
 from dpstudy.loaders import make_loader
 from dpstudy.monitor import UtilSampler, peak_memory_mb, reset_peaks
@@ -209,6 +209,7 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         outcome.startup_s = time.time() - t0
         trainer.run(outcome.epochs.append)
         outcome.util = sampler.stop()
+        outcome.probe = probe.measure(trainer)
         if par.is_main:
             outcome.write("ok")
         par.close()

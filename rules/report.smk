@@ -1,10 +1,10 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
+from dpstudy.collect import STALE_FILE, TABLES as TABLE_NAMES
 from dpstudy.plots import FIGURES
 from dpstudy.provenance import training_files
 
-TABLES = [
-    f"results/tables/{name}"
-    for name in ("cells.csv", "epochs.csv", "ranks.csv", "util.csv", "stale.txt")
+TABLES = [f"results/tables/{name}.csv" for name in TABLE_NAMES] + [
+    f"results/tables/{STALE_FILE}"
 ]
 FIGURE_FILES = [f"results/figures/{name}" for name in FIGURES]
 REPORT_HTML = "results/report/report.html"
@@ -23,7 +23,14 @@ STUDY_YAML = "results/report/study.yaml"
 rule collect:
     input:
         records=RECORDS,
-        code=["dpstudy/collect.py", "scripts/collect.py"],
+        # the all-reduce bandwidth of the scaling model, when the study measures it
+        comm=[path for path in BENCH_FILES if path.endswith("comm.csv")],
+        code=[
+            "dpstudy/collect.py",
+            "dpstudy/stats.py",
+            "dpstudy/scaling.py",
+            "scripts/collect.py",
+        ],
         # Training code is an input of collect, not of train: editing it reruns no cell, but
         # the tables and the report are redone and flag the cells made with older code.
         training_code=training_files(),
@@ -33,14 +40,17 @@ rule collect:
         "results/logs/collect.log",
     conda:
         "../envs/report.yaml"
+    params:
+        comm=lambda wildcards, input: f"--comm {input.comm}" if input.comm else "",
     shell:
-        "python scripts/collect.py --records {input.records:q} --out-dir results/tables > {log:q} 2>&1"
+        "python scripts/collect.py --records {input.records:q} --out-dir results/tables"
+        " {params.comm} > {log:q} 2>&1"
 
 
 rule figures:
     input:
         tables=TABLES,
-        code=["dpstudy/plots.py", "scripts/figures.py"],
+        code=["dpstudy/plots.py", "dpstudy/scaling.py", "scripts/figures.py"],
     output:
         [
             report(path, category="Figures", caption="../notebooks/figure_caption.rst")
@@ -82,7 +92,15 @@ rule report:
         tables=TABLES,
         figures=FIGURE_FILES,
         bench=BENCH_FILES,
-        code=["dpstudy/findings.py", "scripts/report.py"],
+        code=[
+            "dpstudy/findings.py",
+            "dpstudy/inventory.py",
+            "dpstudy/readable.py",
+            "dpstudy/sources.py",
+            "dpstudy/sources.yaml",
+            "scripts/report.py",
+            "notebooks/templates/offline/index.html.j2",
+        ],
     output:
         notebook="results/report/report.ipynb",
         html=REPORT_HTML,

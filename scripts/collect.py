@@ -1,4 +1,5 @@
-"""Collect record.json files into results/tables: cells, epochs, ranks, util (.csv) and stale.txt.
+"""Collect record.json files into results/tables: cells, epochs, ranks, util, settings, scaling (.csv)
+and stale.txt.
 
     python scripts/collect.py --records R1 R2 ... --out-dir results/tables
     python scripts/collect.py --records-from record_list.txt --out-dir results/tables
@@ -9,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from dpstudy import collect
 from dpstudy.provenance import code_version
 
@@ -18,6 +21,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records", nargs="*", default=[], help="record.json paths")
     parser.add_argument("--records-from", type=Path, help="a file listing record paths, one per line")
     parser.add_argument("--out-dir", type=Path, required=True, help="folder of the tables")
+    parser.add_argument("--comm", type=Path, help="comm_bench's comm.csv, for the scaling model (optional)")
     return parser.parse_args(argv)
 
 
@@ -32,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         tables = collect.collect(paths, code_version())
     except collect.RecordError as e:
         sys.exit(f"error: {e}")
+    comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None
+    tables = collect.summarise(tables, comm)
     for path in collect.write_tables(tables, args.out_dir):
         print(f"wrote {path}")
     return 0

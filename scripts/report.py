@@ -33,8 +33,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+TEMPLATES = Path(__file__).resolve().parent.parent / "notebooks" / "templates"
+
+
 def html(notebook: nbformat.NotebookNode, title: str) -> str:
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    """Code hidden, figures embedded, and no script from a CDN: the page works offline."""
+    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
+                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
     return body
 

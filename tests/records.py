@@ -68,7 +68,7 @@ def make_epochs(spec: dict[str, Any], samples_per_s: float, accs: list[float], w
 def make_record(status: str = "ok", *, samples_per_s: float = 1000.0, accs: tuple = (0.6, 0.9),
                 wait_frac: float = 0.1, peak_mem: list[float] | None = None, reason: str | None = None,
                 code: dict | None = None, device: str = "cpu", util: dict | None = None,
-                suffix: str = "", **spec_keys: Any) -> dict[str, Any]:
+                probe: dict | None = None, suffix: str = "", **spec_keys: Any) -> dict[str, Any]:
     """One record. ok: every epoch at `samples_per_s`; oom: the first epoch only; skipped: no epochs."""
     spec = make_spec(**spec_keys)
     peak_mem = peak_mem if peak_mem is not None else [100.0 + spec["batch"] / 64] * spec["gpus"] * spec["nodes"]
@@ -82,7 +82,7 @@ def make_record(status: str = "ok", *, samples_per_s: float = 1000.0, accs: tupl
                        total_s=STARTUP_S + sum(e["wall_s"] + e["eval_s"] for e in epochs) + TEARDOWN_S)
     rec = {"schema": record.SCHEMA_ID, "cell": cell_id(spec, suffix), "status": status,
            "reason": reason, "spec": spec, "env": make_env(spec, code or CURRENT, device),
-           "epochs": epochs, "summary": summary, "util": util}
+           "epochs": epochs, "summary": summary, "util": util, "probe": probe}
     record.validate(rec)
     return rec
 

@@ -28,13 +28,19 @@ SMALL = {"train_size": 200, "test_size": 40}
 # --- registry ------------------------------------------------------------------------------
 
 def test_registry_entries_are_sane():
-    assert set(DATASETS) == {"mnist", "fashion_mnist", "cifar10", "stl10", "synthetic", "synthetic_rgb"}
+    assert set(DATASETS) == {"mnist", "fashion_mnist", "cifar10", "stl10", "synthetic", "synthetic_rgb",
+                             "synthetic_stl"}
     for name, info in DATASETS.items():
         assert info.name == name
         assert info.channels in (1, 3) and info.size in (28, 32, 96)
         assert len(info.classes) == 10 == len(set(info.classes))
         assert info.generated == name.startswith("synthetic")
         assert bool(info.files) != info.generated
+        # a downloadable dataset's stand-in is generated and has its shape (config stand_in)
+        assert info.generated == (info.stand_in is None)
+        if info.stand_in:
+            stand_in = DATASETS[info.stand_in]
+            assert stand_in.generated and (stand_in.channels, stand_in.size) == (info.channels, info.size)
 
 
 def test_registry_files_match_torchvision():

@@ -55,7 +55,7 @@ def test_a_multi_node_cell_outside_an_allocation_big_enough_runs_alone_to_record
 # ---- how a job ends ---------------------------------------------------------------------------
 
 def start_launcher(tmp_path: Path, child: str, *, attempt: int = 1, gpus: int = 0, env: dict | None = None,
-                   parent: bool = False) -> subprocess.Popen:
+                   parent: bool = False, spec: dict = SINGLE) -> subprocess.Popen:
     """The launcher with `child` (Python source) as its training command. parent=True puts a
     sleeping Python process between the test and the launcher (its pid is printed first)."""
     child_file = tmp_path / "child.py"
@@ -64,7 +64,7 @@ def start_launcher(tmp_path: Path, child: str, *, attempt: int = 1, gpus: int = 
         import sys
         import dpstudy.launch as launch
         launch.command = lambda *args: [sys.executable, {str(child_file)!r}, {str(tmp_path / 'cell')!r}]
-        sys.exit(launch.main({['--spec', json.dumps(SINGLE), '--cell', 'c', '--out', str(tmp_path / 'cell'),
+        sys.exit(launch.main({['--spec', json.dumps(spec), '--cell', 'c', '--out', str(tmp_path / 'cell'),
                               '--log', str(tmp_path / 'cell' / 'train.log'), '--gpus', str(gpus), '--cores', '1',
                               '--attempt', str(attempt)]!r}))
     """)
@@ -91,6 +91,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+MARKER = "import sys; open(sys.argv[1] + '/trained', 'w').write('yes')"
 SLEEPER = """
     import os, sys, time
     open(os.path.join(sys.argv[1], "child.pid"), "w").write(str(os.getpid()))
@@ -159,6 +160,19 @@ def test_a_job_that_reserved_no_gpu_sees_none(tmp_path):
     assert json.loads((tmp_path / "cell/env.json").read_text()) == {"cvd": ""}
 
 
+@pytest.mark.parametrize("spec, reason", [
+    ({**DDP, "backend": "nccl"}, "backend nccl needs CUDA GPUs; on CPU only gloo runs"),
+    ({**SINGLE, "mode": "dp", "gpus": 2}, "mode dp needs CUDA: nn.DataParallel splits batches over GPUs only"),
+    ({**SINGLE, "device": "cuda"}, "device 'cuda' was requested but no CUDA device is visible"),
+])
+def test_a_cell_needing_cuda_in_a_job_without_gpus_is_skipped_without_starting(tmp_path, spec, reason):
+    proc = start_launcher(tmp_path, MARKER, gpus=0, spec=spec)
+    assert proc.wait(timeout=60) == 0
+    rec = record.read(tmp_path / "cell/record.json")
+    assert (rec["status"], rec["reason"], rec["spec"]) == ("skipped", reason, spec)
+    assert not (tmp_path / "cell/trained").exists()
+
+
 def test_gpus_a_scheduler_gave_are_kept(tmp_path):
     proc = start_launcher(tmp_path, ENV_DUMP, gpus=1, env={"CUDA_VISIBLE_DEVICES": "1"})
     proc.wait(timeout=60)
@@ -183,9 +197,6 @@ def previous_attempt(tmp_path: Path, output: str = "") -> None:
     (tmp_path / "slurm-42.out").write_text(output)
     (tmp_path / "cell/attempt.json").write_text(json.dumps(
         {"attempt": 1, "scheduler": "slurm", "job_id": "42", "stdout": str(tmp_path / "slurm-42.out")}))
-
-
-MARKER = "import sys; open(sys.argv[1] + '/trained', 'w').write('yes')"
 
 
 def test_a_retry_after_a_time_limit_records_slurms_reason_without_training(tmp_path):

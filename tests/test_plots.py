@@ -17,7 +17,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def tables_of(directory: Path, records: list[dict]) -> dict[str, pd.DataFrame]:
-    return collect.collect(write_records(directory, records), CURRENT)
+    return collect.summarise(collect.collect(write_records(directory, records), CURRENT))
 
 
 def gpu_records() -> list[dict]:
@@ -45,8 +45,9 @@ def figure_text(fig) -> str:
 
 
 def test_registry_names_png_files():
-    assert set(plots.FIGURES) == {"throughput.png", "scaling.png", "epoch_split.png", "accuracy_epochs.png",
-                                  "accuracy_batch.png", "memory.png", "backends.png", "utilisation.png"}
+    assert set(plots.FIGURES) == {"throughput.png", "scaling.png", "model.png", "epoch_split.png",
+                                  "accuracy_epochs.png", "accuracy_batch.png", "memory.png", "backends.png",
+                                  "utilisation.png"}
     assert all(callable(f) for f in plots.FIGURES.values())
 
 
@@ -100,3 +101,16 @@ def test_cli_writes_figures(tmp_path):
     subprocess.run([sys.executable, str(REPO / "scripts" / "figures.py"), "--tables", str(tmp_path / "tables"),
                     "--out", str(tmp_path / "figures")], check=True, capture_output=True)
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == sorted(plots.FIGURES)
+
+
+def test_the_model_figure_puts_each_setting_at_predicted_and_measured_speedup(tmp_path):
+    probe = {"steps": 8, "sync_step_s": 0.03, "nosync_step_s": 0.02, "allreduce_s": 0.02, "grad_bytes": 400_000}
+    tables = tables_of(tmp_path, [make_record(mode="single", samples_per_s=1000.0),
+                                  make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, probe=probe)])
+    fig = plots.model(tables)
+    ax = fig.axes[0]
+    points = [tuple(p) for c in ax.collections for p in c.get_offsets()]
+    row = tables["scaling"].iloc[0]
+    assert points == [pytest.approx((row["predicted_speedup"], 1.5))]
+    assert any(list(line.get_ydata()) == [2, 2] for line in ax.lines)  # the ideal 2x
+    plt.close(fig)

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
-from dpstudy import collect, findings, plots
+from dpstudy import collect, findings, inventory, plots
+from browser import open_offline
 from records import (CURRENT, DP_REASON, NCCL_REASON, OOM_REASON, make_record, make_util, small_grid,
                      write_records)
 
@@ -19,7 +20,7 @@ STUDY = "report_test_study"
 
 
 def tables_of(directory: Path, records: list[dict]) -> dict[str, pd.DataFrame]:
-    return collect.collect(write_records(directory, records), CURRENT)
+    return collect.summarise(collect.collect(write_records(directory, records), CURRENT))
 
 
 @pytest.fixture(scope="module")
@@ -27,38 +28,58 @@ def grid(tmp_path_factory) -> dict[str, pd.DataFrame]:
     return tables_of(tmp_path_factory.mktemp("grid"), small_grid())
 
 
+def repeated(mode: str, values: list[float], accs: list[float] | None = None, **keys) -> list[dict]:
+    """One record per repeat: throughputs `values`, final accuracies `accs`."""
+    accs = accs or [0.9] * len(values)
+    return [make_record(mode=mode, samples_per_s=v, accs=(0.6, a), repeat=i, suffix=f"-r{i}", **keys)
+            for i, (v, a) in enumerate(zip(values, accs))]
+
+
+@pytest.fixture(scope="module")
+def repeats(tmp_path_factory) -> dict[str, pd.DataFrame]:
+    """Three repeats per setting: DDP clearly faster at batch 64, within noise at batch 128."""
+    return tables_of(tmp_path_factory.mktemp("repeats"), [
+        *repeated("single", [1000.0, 1100.0, 950.0], [0.90, 0.91, 0.905]),
+        *repeated("ddp", [1500.0, 1600.0, 1400.0], [0.895, 0.90, 0.91], gpus=2, backend="gloo"),
+        *repeated("single", [1000.0, 1050.0, 1020.0], batch=128),
+        *repeated("ddp", [900.0, 1200.0, 1000.0], gpus=2, backend="gloo", batch=128),
+    ])
+
+
 # ---- findings ---------------------------------------------------------------------------------
 
 def test_environment_names_versions_and_hardware(tmp_path):
     gpu = [make_record(mode="ddp", gpus=2, batch=128, backend="nccl", device="cuda")]
-    text = findings.environment(tables_of(tmp_path, small_grid() + gpu)["cells"], STUDY)
+    text = inventory.environment(tables_of(tmp_path, small_grid() + gpu)["cells"], STUDY)
     for expected in (STUDY, "8 cells (5 ok, 2 skipped, 1 oom)", "PyTorch** 2.14.1", "Test CPU 9000",
                      "GPUs: 8 x Fake GPU", "world sizes 1, 2", "cpu, cuda"):
         assert expected in text
 
 
-def test_speedup_sentences(grid):
-    text = findings.speedup(grid["cells"], grid["epochs"])
-    assert "DDP (gloo) on 2 devices was 1.50x faster than one device at batch 64, 75 % efficiency." in text
-    assert "DDP (gloo) on 2 devices was 1.70x faster than one device at batch 256, 85 % efficiency." in text
-    assert "2 of 2 multi-device settings beat one device" in text
-    # wait share: (0.05 * 4 s + 0.05 * 1.76 s) / 5.76 s on two devices; 2 % on one device
-    assert "Waiting for data took 5 % of the training time on several devices vs 2 % on one device." in text
-    assert "3.0 s per multi-device cell vs 3.0 s on one device" in text
+def test_one_run_gives_numbers_and_no_claim(grid):
+    text = findings.speedup(grid)
+    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.50x one device's throughput, 75 % efficiency "
+            "(one run: no interval, no claim).") in text
+    assert "batch 256: 1.70x one device's throughput, 85 % efficiency" in text
+    assert "Of 2 multi-device settings: no interval to decide on" in text
 
 
-def test_speedup_slower_and_not_measured(tmp_path):
-    slower = tables_of(tmp_path / "a", [make_record(mode="single", samples_per_s=1000.0),
-                                        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=600.0)])
-    assert ("was slower than one device at batch 64: 0.60x its throughput, 30 % efficiency."
-            in findings.speedup(slower["cells"], slower["epochs"]))
-    superlinear = tables_of(tmp_path / "c", [make_record(mode="single", samples_per_s=1000.0),
-                                             make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=2500.0)])
-    assert "2.50x faster than one device at batch 64, 125 % efficiency. Above ideal" in findings.speedup(
-        superlinear["cells"], superlinear["epochs"])
+def test_repeats_claim_only_beyond_their_interval(repeats):
+    text = findings.speedup(repeats)
+    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.50x [1.27-1.68] one device's throughput, "
+            "75 % [64-84] efficiency (3 runs): **faster than one device**.") in text
+    assert "batch 128: 0.98x [0.86-1.20] one device's throughput" in text and "**within noise of one device**" in text
+    assert "Of 2 multi-device settings: 1 faster than one device, 1 within noise of one device" in text
+
+
+def test_slower_and_not_measured(tmp_path):
+    slower = tables_of(tmp_path / "a", [*repeated("single", [1000.0, 1010.0, 990.0]),
+                                        *repeated("ddp", [600.0, 610.0, 590.0], gpus=2, backend="gloo")])
+    assert "0.60x [0.58-0.62] one device's throughput" in findings.speedup(slower)
+    assert "**slower than one device**" in findings.speedup(slower)
     alone = tables_of(tmp_path / "b", [make_record(mode="single"),
                                        make_record("skipped", mode="dp", gpus=2, reason=DP_REASON)])
-    text = findings.speedup(alone["cells"], alone["epochs"])
+    text = findings.speedup(alone)
     assert text.startswith("*Not measured in this study:*") and DP_REASON in text
 
 
@@ -68,17 +89,38 @@ def test_intra_and_inter_node_scaling_at_equal_world_size(tmp_path):
         make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1800.0),
         make_record(mode="ddp", gpus=1, nodes=2, backend="gloo", samples_per_s=1200.0),
     ])
-    text = findings.speedup(tables["cells"], tables["epochs"])
-    assert "DDP (gloo) on 2 nodes x 1 devices was 1.20x faster than one device at batch 64, 60 % efficiency." in text
+    text = findings.speedup(tables)
+    assert "DDP (gloo) on 2 nodes x 1 device at batch 64: 1.20x one device's throughput, 60 % efficiency" in text
     assert ("Intra- vs inter-node scaling (same world size):\n- synthetic/lenet at batch 64: 2 devices on one node "
             "reached 90 % efficiency, spread over 2 nodes 60 % (0.67x the one-node throughput).") in text
-    assert "**Jobs** 2 cells local; 1 cell as SLURM jobs (ids 7) on nodes n1, n2" in findings.environment(tables["cells"], "s")
+    assert "**Jobs** 2 cells local; 1 cell as SLURM jobs (ids 7) on nodes n1, n2" in inventory.environment(tables["cells"], "s")
 
 
-def test_accuracy_gap_between_modes(grid):
-    text = findings.accuracy(grid["cells"])
-    assert "differed by at most 0.8 points across modes" in text
-    assert "at batch 256: one device 88.0 % vs DDP (gloo) on 2 devices 87.2 %" in text
+def test_the_model_names_the_largest_loss(tmp_path):
+    probe = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
+    tables = tables_of(tmp_path, [make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
+                                  make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0,
+                                              wait_frac=0.05, probe=probe)])
+    text = findings.why_not_n(tables)  # see test_scaling: 0.94 s of all-reduce, half hidden by the backward
+    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, model 1.47x of an ideal 2x. "
+            "Largest loss: **gradient all-reduce the backward did not hide** (0.940 s of a 4.00 s epoch whose ideal "
+            "is 3.00 s).") in text
+    # 4.00 s = 3.00 ideal + 0.14 data + 0.94 all-reduce + 0.35 per-device compute - 0.43 rest
+    assert ("| synthetic/lenet, DDP (gloo) on 2 devices, batch 64 | 1.50x | 1.47x | 4.00 (3.00) | 0.140 | 0.940 (0.940) "
+            "| 50 % | n/a | 0.350 | -0.430 |") in text
+    assert "All-reduce times from: probe" in text
+    assert findings.why_not_n(tables_of(tmp_path / "none", [make_record(mode="single")])).startswith(
+        "*Not measured in this study:*")
+
+
+def test_accuracy_gap_between_modes(grid, repeats):
+    text = findings.accuracy(grid)
+    assert text.startswith("Final test accuracy differed by at most 0.8 points across modes at equal settings "
+                           "(largest gap: synthetic/lenet at batch 256, one device 88.0 % vs DDP (gloo) on 2 devices 87.2 %).")
+    assert "- synthetic/lenet at batch 64: DDP (gloo) on 2 devices 89.5 %, one device 90.0 %: one run each: no claim." in text
+    text = findings.accuracy(repeats)
+    assert "at batch 64: DDP (gloo) on 2 devices 90.0 % [89.5-91.0], one device 90.5 % [90.0-91.0]: within noise." in text
+    assert "; within noise)." in text.splitlines()[0]
 
 
 def test_data_wait_by_loader(tmp_path):
@@ -86,51 +128,62 @@ def test_data_wait_by_loader(tmp_path):
         make_record(mode="single", loader="torch", workers=0, wait_frac=0.12),
         make_record(mode="ddp", gpus=2, backend="gloo", loader="device", wait_frac=0.01),
     ])
-    text = findings.data_wait(tables["epochs"], tables["cells"])
+    text = findings.data_wait(tables)
     assert "Waiting for data took 12 % of the training time with loader torch/0 workers vs 1 % with loader device." in text
     assert "By mode: DDP (gloo) on 2 devices 1 %, one device 12 %." in text
 
 
 def test_backends_compared_or_explained(grid, tmp_path):
-    text = findings.backends(grid["cells"])
+    text = findings.backends(grid)
     assert "*Not measured in this study:*" in text and NCCL_REASON in text
     both = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend=b, samples_per_s=sps, device="cuda")
                                 for b, sps in (("nccl", 1700.0), ("gloo", 1300.0))])
-    text = findings.backends(both["cells"], comm=pd.DataFrame({"bytes": [1024], "gbps": [3.2]}))
-    assert "on 2 devices at batch 64: NCCL reached 1.31x the throughput of Gloo (1700 vs 1300 samples/s)." in text
+    text = findings.backends(both, comm=pd.DataFrame({"bytes": [1024], "gbps": [3.2]}))
+    assert ("on 2 devices at batch 64: NCCL reached 1.31x the throughput of Gloo (1,700 vs 1,300 samples/s): "
+            "one run each: no claim.") in text
     assert "all-reduce microbenchmark below" in text
 
 
 def test_memory_imbalance(grid, tmp_path):
-    text = findings.memory(grid["cells"])
+    text = findings.memory(grid)
     assert "- DP: *Not measured in this study:* no DP cell finished (dp needs CUDA" in text
     assert "DDP (gloo) on 2 devices: the fullest device peaked at 1.01x the memory of the emptiest (120 MB vs 119 MB" in text
     dp = tables_of(tmp_path, [make_record(mode="dp", gpus=2, device="cuda", peak_mem=[300.0, 180.0])])
-    assert "DP on 2 devices: the fullest device peaked at 1.67x the memory of the emptiest (300 MB vs 180 MB" in findings.memory(dp["cells"])
+    assert "DP on 2 devices: the fullest device peaked at 1.67x the memory of the emptiest (300 MB vs 180 MB" in findings.memory(dp)
 
 
 def test_utilisation_when_sampled_or_not(grid, tmp_path):
-    assert findings.utilisation(grid["util"], grid["cells"]).startswith("*Not measured in this study:* GPU utilisation")
+    assert findings.utilisation(grid).startswith("*Not measured in this study:* GPU utilisation")
     tables = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda",
                                               util=make_util(2, [60.0, 58.0]))])
-    assert "GPU 0 60 %, GPU 1 58 % busy on average" in findings.utilisation(tables["util"], tables["cells"])
+    assert "GPU 0 60 %, GPU 1 58 % busy on average" in findings.utilisation(tables)
 
 
 def test_stale_and_unfinished_cells(grid):
-    text = findings.stale(grid["cells"], "results/tables/stale.txt")
+    text = inventory.stale(grid["cells"], "results/tables/stale.txt")
     assert "1 cell was made with older training code" in text and "synthetic-lenet-single-g1-b256-none" in text
     assert "snakemake --cores 1 --resources gpu=2 --forcerun $(cat results/tables/stale.txt)" in text
     fresh = grid["cells"].assign(stale=False)
-    assert findings.stale(fresh, "x") == "Every cell was made with the current training code."
-    listing = findings.not_run(grid["cells"])
-    assert all(reason in listing for reason in (DP_REASON, NCCL_REASON, OOM_REASON))
-    assert listing.count("\n") == 2 + 3 - 1  # header, rule, three cells
+    assert inventory.stale(fresh, "x") == "Every cell was made with the current training code."
+    assert inventory.not_run(grid["cells"]).splitlines() == [
+        f"- 1 cell oom: {OOM_REASON} (`synthetic-lenet-ddp-g2-b1024-gloo`)",
+        f"- 1 cell skipped: {DP_REASON} (`synthetic-lenet-dp-g2-b64-none`)",
+        f"- 1 cell skipped: {NCCL_REASON} (`synthetic-lenet-ddp-g2-b64-nccl`)"]
 
 
-def test_cell_listing_has_every_cell(grid):
-    listing = findings.cell_listing(grid["cells"])
-    assert all(cell in listing for cell in grid["cells"]["cell"])
-    assert "| synthetic-lenet-ddp-g2-b256-gloo | ok | 3400 | 1.70 | 85% | 87.2% |" in listing
+def test_many_cells_skipped_for_one_reason_are_one_line(tmp_path):
+    cells = tables_of(tmp_path, [make_record("skipped", mode="dp", gpus=2, batch=b, reason=DP_REASON)
+                                 for b in (8, 16, 32, 64, 128, 256, 512, 1024)])["cells"]
+    assert inventory.not_run(cells) == (f"- 8 cells skipped: {DP_REASON} (`synthetic-lenet-dp-g2-b1024-none`, "
+                                        "`synthetic-lenet-dp-g2-b128-none`, `synthetic-lenet-dp-g2-b16-none`, "
+                                        "`synthetic-lenet-dp-g2-b256-none`, `synthetic-lenet-dp-g2-b32-none`, "
+                                        "`synthetic-lenet-dp-g2-b512-none` and 2 more)")
+
+
+def test_cell_listing_rounds_for_people(grid):
+    listing = inventory.cell_listing(grid["cells"])
+    assert all(f"`{cell}`" in listing for cell in grid["cells"].query("status == 'ok'")["cell"])
+    assert "| `synthetic-lenet-ddp-g2-b256-gloo` | 3,400 | 1.70x | 85 % | 87.2 % | 1.76 s | 7.53 s |  |" in listing
 
 
 def test_every_finding_when_no_cell_finished(tmp_path):
@@ -138,12 +191,12 @@ def test_every_finding_when_no_cell_finished(tmp_path):
     tables = tables_of(tmp_path, [r for r in small_grid() if r["status"] != "ok"])
     collect.write_tables(tables, tmp_path / "tables")
     tables = collect.read_tables(tmp_path / "tables")
-    cells, epochs, util = tables["cells"], tables["epochs"], tables["util"]
-    answers = [findings.speedup(cells, epochs), findings.accuracy(cells), findings.data_wait(epochs, cells),
-               findings.backends(cells), findings.utilisation(util, cells), findings.kernels(None)]
+    answers = [findings.speedup(tables), findings.why_not_n(tables), findings.accuracy(tables),
+               findings.data_wait(tables), findings.backends(tables), findings.utilisation(tables),
+               findings.kernels(None), findings.comm(None)]
     assert all(a.startswith("*Not measured in this study:*") for a in answers)
     assert f"no multi-device cell finished ({DP_REASON}; {NCCL_REASON}; {OOM_REASON})" in answers[0]
-    assert findings.memory(cells).count("*Not measured in this study:*") == 2
+    assert findings.memory(tables).count("*Not measured in this study:*") == 2
 
 
 # ---- the notebook, executed by papermill and converted to HTML --------------------------------
@@ -159,13 +212,16 @@ def python3_kernel() -> None:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, python3_kernel) -> Path:
     root = tmp_path_factory.mktemp("study")
-    tables = collect.collect(write_records(root, small_grid()), CURRENT)
+    tables = tables_of(root, small_grid())
     collect.write_tables(tables, root / "tables")
     (root / "figures").mkdir()
     for name in ("throughput.png", "scaling.png"):  # test_plots draws them all; two keep this quick
         plots.FIGURES[name](tables).savefig(root / "figures" / name)
     (root / "bench").mkdir()
-    (root / "bench" / "comm.csv").write_text("backend,bytes,busbw_gbps\ngloo,1048576,1.25\n")
+    (root / "bench" / "comm.csv").write_text(
+        "backend,device,world_size,bytes,size,dtype,iters,median_s,algbw_gbps,busbw_gbps,reason\n"
+        "gloo,cpu,2,1048576,1 MiB,float32,10,0.00168,0.625,0.625,\n"
+        "nccl,cuda,2,1048576,1 MiB,float32,,,,,no CUDA device\n")
     (root / "study.yaml").write_text(f"study: {STUDY}\n")
     subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), "--notebook",
                     str(REPO / "notebooks" / "report.ipynb"), "--out-dir", "report", "--study", STUDY,
@@ -177,15 +233,23 @@ def report(tmp_path_factory, python3_kernel) -> Path:
 def test_report_html_answers_from_the_data(report):
     html = (report / "report.html").read_text()
     assert STUDY in html
-    assert "DDP (gloo) on 2 devices was 1.70x faster than one device at batch 256, 85 % efficiency." in html
+    assert "DDP (gloo) on 2 devices at batch 256: 1.70x one device's throughput, 85 % efficiency" in html
     assert html.count("data:image/png;base64,") >= 2
     assert "Figure <code>memory.png</code> was not rendered" in html
     for reason in (DP_REASON, NCCL_REASON, "OutOfMemoryError"):
         assert reason in html
     assert "--forcerun $(cat tables/stale.txt)" in html
-    assert "busbw_gbps" in html  # the optional comm table
+    assert "gloo on cpu, 2 ranks: bus GB/s" in html and "1.68 ms" in html  # the optional comm table, pivoted
+    assert "1 combination not run: no CUDA device (nccl on cuda)" in html
     assert "kernels.csv" in html  # ... and the honest note for the missing kernel results
     assert "findings.speedup" not in html  # code inputs are hidden
+
+
+def test_the_html_renders_offline_in_chromium_with_every_figure(report):
+    page = open_offline(report / "report.html")
+    assert page["blocked"] == []  # no script or style from the network
+    assert len(page["images"]) == 2 and all(done and width > 100 for done, width in page["images"])
+    assert "Why not n times: the model" in page["text"] and "Every cell" in page["text"]
 
 
 def test_report_notebook_is_executed_with_parameters(report):

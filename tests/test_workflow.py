@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from browser import open_offline
 from workflow import (REPO, copy_checkout, dry_run, processes_with, snakemake, start_snakemake, wait_for_text,
                       wait_until_gone)
 
@@ -37,11 +38,24 @@ def checkout(tmp_path) -> Path:
     return copy_checkout(tmp_path)
 
 
-@pytest.mark.parametrize("configfile", sorted(p.name for p in (REPO / "config").rglob("*.yaml") if p.name != "schema.yaml"))
-def test_every_config_dry_runs(checkout, configfile):
-    path = next((checkout / "config").rglob(configfile))
-    jobs = dry_run(checkout, None, "--configfile", str(path.relative_to(checkout)))
+STUDIES = ["config.yaml", *sorted(f"studies/{p.name}" for p in (REPO / "config/studies").glob("*.yaml"))]
+SOURCE_STUDIES = sorted(f"studies/{p.name}" for p in (REPO / "config/studies").glob("s00*.yaml"))
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_study_dry_runs(checkout, study):
+    jobs = dry_run(checkout, None, "--configfile", f"config/{study}")
     assert jobs["train"] and "report" in jobs
+
+
+@pytest.mark.parametrize("study", SOURCE_STUDIES)
+def test_the_stand_in_switch_keeps_a_source_grid_on_generated_data(checkout, study):
+    real = dry_run(checkout, None, "--configfile", f"config/{study}")
+    stand_in = dry_run(checkout, None, "--configfile", f"config/{study}", "config/stand_in.yaml")
+    assert len(stand_in["train"]) == len(real["train"])
+    renamed = {cell.split("-", 1)[1] for cell in real["train"]}
+    assert {cell.split("-", 1)[1] for cell in stand_in["train"]} == renamed  # the same grid
+    assert all(cell.startswith("synthetic") for cell in stand_in["train"])
 
 
 def bad(config_change) -> dict:
@@ -177,19 +191,30 @@ def test_editing_training_code_flags_cells_instead_of_rerunning(finished):
 
 @pytest.mark.slow
 def test_default_study_runs_end_to_end_on_cpu(tmp_path):
-    """`make run` on this machine: DDP over Gloo with 1 and 2 processes, DP and NCCL skipped."""
+    """`make run` on this machine: DDP over Gloo with 1 and 2 processes, DP and NCCL skipped, three
+    repeats of each, accuracy equal across modes, and a report that renders offline."""
     workdir = copy_checkout(tmp_path)
     snakemake(workdir, "--cores", "2", "--resources", "gpu=2", timeout=900)
     cells = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
     ran = cells[cells["status"] == "ok"]
     ddp = ran[ran["mode"] == "ddp"]
     assert set(zip(ddp["gpus"], ddp["batch"], ddp["backend"])) == {(1, 64, "gloo"), (2, 64, "gloo"), (1, 256, "gloo"), (2, 256, "gloo")}
-    assert (ran["final_test_acc"] > 0.5).all() and (ddp["speedup"] > 0).all()
+    assert (ran["final_test_acc"] > 0.9).all() and (ddp["speedup"] > 0).all()
+    assert sorted(ran["repeat"].unique()) == [0, 1, 2]
     skipped = cells[cells["status"] == "skipped"]
     assert set(skipped["mode"]) == {"dp", "ddp"} and set(skipped[skipped["mode"] == "ddp"]["backend"]) == {"nccl"}
+    settings = pd.read_csv(workdir / "results/tables/settings.csv")
+    spread = settings.groupby("batch")["final_test_acc"].agg(lambda a: a.max() - a.min())
+    assert (spread < 0.01).all(), f"accuracy differs across modes by {spread.to_dict()}"
+    assert (settings["repeats"] == 3).all() and settings["speedup_low"].notna().any()
+    assert len(pd.read_csv(workdir / "results/tables/scaling.csv")) == 6  # ddp g2 x 2 batches x 3 repeats
     html = (workdir / "results/report/report.html").read_text()
-    assert "DDP (gloo) on 2 devices was" in html
+    assert "DDP (gloo) on 2 devices at batch 64: " in html and "Largest loss: <strong>" in html
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
+    page = open_offline(workdir / "results/report/report.html")
+    figures = sorted(p.name for p in (workdir / "results/figures").glob("*.png"))
+    assert page["blocked"] == [] and len(page["images"]) == len(figures) == 11
+    assert all(done and width > 100 for done, width in page["images"])
 
 
 LONG = "synthetic-lenet-ddp-g2-b8-gloo-epochs60"
@@ -249,3 +274,18 @@ def test_a_killed_job_leaves_no_record_and_the_rerun_runs_just_it(running_long_c
     tables_after = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
     assert tables_after.loc[LONG, "status"] == "ok"
     pd.testing.assert_frame_equal(tables_after.loc[tables_before.index], tables_before)
+
+
+@pytest.mark.slow
+def test_a_source_study_on_stand_in_data_reports_side_by_side(tmp_path):
+    """s004 on this CPU with generated data (tiny here): its report sets the source's figures
+    beside ours and says which findings hold and which cells cannot run here."""
+    workdir = copy_checkout(tmp_path)
+    (workdir / "config/tiny.yaml").write_text("datasets: {synthetic_stl: {train_size: 64, test_size: 32}}\n")
+    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", "--configfile", "config/studies/s004_stl10_ddp.yaml",
+              "config/stand_in.yaml", "config/tiny.yaml", timeout=900)
+    html = (workdir / "results/report/report.html").read_text()
+    assert "Source 004: University of Tehran" in html and "generated stand-ins" in html
+    assert "DDP on 2 GPUs (gloo for nccl):" in html  # NCCL cannot run here; the study's Gloo cell stands in
+    assert "cannot tell: cannot run here: backend nccl needs CUDA GPUs" in html
+    assert html.count("<td>Is ") == 6  # every comparison of sources.yaml for s004 has its row

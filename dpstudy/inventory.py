@@ -1,0 +1,90 @@
+"""The report's bookkeeping: where the study ran, which cells did not finish or are stale, and
+the compact listing of every cell. Markdown from the tables of dpstudy.collect."""
+from __future__ import annotations
+
+import pandas as pd
+
+from dpstudy.readable import markdown_table, not_run_lines, plural, seconds, significant
+
+RERUN = "snakemake --cores 1 --resources gpu=2 --forcerun $(cat {stale})"
+
+
+def values(column: pd.Series, empty: str = "unknown", sep: str = ", ") -> str:
+    """The distinct values, sorted; whole floats (a CSV column with gaps) shown as integers."""
+    distinct = {int(v) if isinstance(v, float) and v.is_integer() else v for v in column.dropna()}
+    return sep.join(str(v) for v in sorted(distinct, key=str)) or empty
+
+
+def gpu_summary(gpu_names: pd.Series) -> str:
+    """'2 x NVIDIA H100' from the longest list of visible GPUs ('; '-joined in cells.csv)."""
+    lists = [names.split("; ") for names in gpu_names.dropna()]
+    if not lists:
+        return "none"
+    counts = pd.Series(max(lists, key=len)).value_counts(sort=False)
+    return ", ".join(f"{n} x {name}" for name, n in counts.items())
+
+
+def environment(cells: pd.DataFrame, study: str) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in cells["status"].value_counts().items())
+    return "\n".join([
+        f"- **Study** `{study}`: {plural(len(cells), 'cell')} ({counts})",
+        f"- **PyTorch** {values(cells['torch'])}, CUDA {values(cells['cuda'], 'none')}, "
+        f"Python {values(cells['python'])}",
+        f"- **Host** {values(cells['hostname'])}; CPU: {values(cells['cpu'])}; "
+        f"GPUs: {gpu_summary(cells['gpu_names'])}",
+        f"- **Ran on** {values(cells['env_device'])}; world sizes {values(cells['world_size'])}; "
+        f"threads per process {values(cells['threads_per_process'])}",
+        f"- **Training code** git {values(cells['git_commit'])}, source hash {values(cells['source_hash'])}",
+        f"- **Jobs** {jobs(cells)}",
+    ])
+
+
+def jobs(cells: pd.DataFrame) -> str:
+    """How the cells' jobs ran: locally, or as scheduler jobs on which nodes."""
+    if "scheduler" not in cells or cells["scheduler"].dropna().empty:
+        return "unknown (records without job facts)"
+    parts = []
+    for scheduler, group in cells.groupby(cells["scheduler"].fillna("unknown")):
+        count = plural(len(group), "cell")
+        if scheduler == "slurm":
+            nodes = values(group["rank_nodes"].dropna().astype(str).str.split("; ").explode(), "unknown")
+            parts.append(f"{count} as SLURM jobs (ids {values(group['job_id'].astype('string'))}) on nodes {nodes}")
+        else:
+            parts.append(f"{count} {scheduler}")
+    return "; ".join(parts)
+
+
+def not_run(cells: pd.DataFrame) -> str:
+    """The cells that did not finish, one line per status and reason."""
+    rest = cells[cells["status"] != "ok"]
+    if rest.empty:
+        return "Every cell finished."
+    return "\n".join(f"- {line}" for line in not_run_lines(rest, "cell", lambda r: f"`{r.cell}`"))
+
+
+def stale(cells: pd.DataFrame, stale_file: str) -> str:
+    old = cells[cells["stale"].astype(bool)]
+    if old.empty:
+        return "Every cell was made with the current training code."
+    names = ", ".join(f"`{c}`" for c in old["cell"])
+    count = "1 cell was" if len(old) == 1 else f"{len(old)} cells were"
+    return (f"**{count} made with older training code (stale):** {names}. Rerun with\n\n"
+            f"```\n{RERUN.format(stale=stale_file)}\n```")
+
+
+LISTING = {"samples_per_s": ("samples/s", significant), "speedup": ("speedup", lambda v: f"{v:.2f}x"),
+           "efficiency": ("efficiency", lambda v: f"{v * 100:.0f} %"),
+           "final_test_acc": ("test acc", lambda v: f"{v * 100:.1f} %"),
+           "median_epoch_s": ("epoch", seconds), "total_s": ("job", seconds)}
+
+
+def cell_listing(cells: pd.DataFrame) -> str:
+    """Every finished cell with its numbers rounded for reading; the others are listed above."""
+    ok = cells[cells["status"] == "ok"]
+    if ok.empty:
+        return "No cell finished."
+    table = pd.DataFrame({"cell": ok["cell"].map(lambda c: f"`{c}`")})
+    for column, (title, form) in LISTING.items():
+        table[title] = ok[column].map(lambda v, form=form: "" if pd.isna(v) else form(v))
+    table["stale"] = ok["stale"].map({True: "yes", False: ""})
+    return markdown_table(table)
