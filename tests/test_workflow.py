@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from browser import open_offline
+from dpstudy import sources
 from workflow import (REPO, copy_checkout, dry_run, processes_with, snakemake, start_snakemake, wait_for_text,
                       wait_until_gone)
 
@@ -288,4 +289,7 @@ def test_a_source_study_on_stand_in_data_reports_side_by_side(tmp_path):
     assert "Source 004: University of Tehran" in html and "generated stand-ins" in html
     assert "DDP on 2 GPUs (gloo for nccl):" in html  # NCCL cannot run here; the study's Gloo cell stands in
     assert "cannot tell: cannot run here: backend nccl needs CUDA GPUs" in html
-    assert html.count("<td>Is ") == 6  # every comparison of sources.yaml for s004 has its row
+    questions = [c["question"] for c in sources.sources()["s004_stl10_ddp"]["comparisons"]]
+    assert len(questions) == 6
+    for question in questions:  # every comparison of sources.yaml for s004 has its row
+        assert html.count(f"<td>{question}</td>") == 1, question
