@@ -88,7 +88,7 @@ def label(side: dict, ours: dict) -> str:
 def ours_text(side: dict, ours: dict, unit: str) -> str:
     if "missing" in ours:
         return f"{side['label']}: {ours['missing']}"
-    return f"{label(side, ours)}: {stats.interval_text(ours['value'], '{:.3g}', ' ' + unit)}"
+    return f"{label(side, ours)}: {stats.interval_text(ours['value'], significant, ' ' + unit)}"
 
 
 def side_by_side(study: str, cells: pd.DataFrame, stand_in: bool = False) -> str | None:

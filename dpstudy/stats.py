@@ -7,7 +7,7 @@ interval (NaN bounds), and nothing is claimed beyond the one number.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -71,12 +71,15 @@ def versus(value: tuple[float, float, float], reference: float) -> int:
     return 1 if low > reference else -1 if high < reference else 0
 
 
-def interval_text(value: tuple[float, float, float], form: str = "{:.2f}", unit: str = "") -> str:
-    """'1.52x [1.41-1.60]', or just the number when there is no interval."""
+def interval_text(value: tuple[float, float, float], form: str | Callable[[float], str] = "{:.2f}",
+                  unit: str = "") -> str:
+    """'1.52x [1.41-1.60]', or just the number when there is no interval. `form` is a format
+    string or a function of the number."""
+    fmt = form.format if isinstance(form, str) else form
     point, low, high = value
     if not has_interval(low, high):
-        return f"{form.format(point)}{unit}"
-    return f"{form.format(point)}{unit} [{form.format(low)}-{form.format(high)}]"
+        return f"{fmt(point)}{unit}"
+    return f"{fmt(point)}{unit} [{fmt(low)}-{fmt(high)}]"
 
 
 def settings_table(cells: pd.DataFrame) -> pd.DataFrame:

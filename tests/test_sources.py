@@ -52,7 +52,7 @@ def test_their_findings_checked_on_our_cells(tmp_path):
     verdicts = rows_of(text)
     # 6000 samples per epoch: single 500/s -> 12 s epochs; DDP over Gloo 800/s -> 7.5 s
     assert verdicts["Is DDP on 2 GPUs faster than one GPU (batch 32 per GPU)?"] == "yes (0.640x; one run: no interval)"
-    assert "DDP on 2 GPUs (gloo for nccl): 16 s" in text  # 2 epochs of 7.5 s + 0.5 s evaluation
+    assert "DDP on 2 GPUs (gloo for nccl): 16.0 s" in text  # 2 epochs of 7.5 s + 0.5 s evaluation
     assert verdicts["Is NCCL faster than Gloo (DDP on 2 GPUs, batch 32)?"] == f"cannot tell: cannot run here: {NCCL_REASON}"
     assert verdicts["Is DDP on 2 GPUs faster than one GPU (batch 128 per GPU)?"].startswith("cannot tell")
     assert verdicts["Does a larger batch shorten training on one GPU (16 vs 128)?"] == "cannot tell: not in this study"
@@ -71,3 +71,10 @@ def test_repeats_decide_beyond_noise_or_say_within_noise(tmp_path):
 def test_a_study_without_a_source_has_no_table(tmp_path):
     assert sources.side_by_side("quickstart", pd.DataFrame()) is None
     assert "publishes no figure" in sources.side_by_side("s003_resnet_fashion", pd.DataFrame({"env_device": ["cpu"]}))
+
+
+def test_our_figures_read_as_numbers_with_thousands_separated():
+    side = {"label": "batch 16", "match": {"mode": "single", "batch": 16}}
+    assert sources.ours_text(side, {"value": (1234.5, float("nan"), float("nan"))}, "MB") == "batch 16: 1,230 MB"
+    assert sources.ours_text(side, {"value": (51.52, 50.1, 53.0)}, "%") == "batch 16: 51.5 % [50.1-53.0]"
+    assert sources.ours_text(side, {"missing": "not in this study"}, "s") == "batch 16: not in this study"
