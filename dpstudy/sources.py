@@ -57,8 +57,8 @@ def our_side(cells: pd.DataFrame, side: dict[str, Any], metric: str) -> dict[str
     return {"missing": "cannot run here: " + "; ".join(reasons)}
 
 
-def verdict(finding: str, a: dict, b: dict, tolerance: float | None) -> str:
-    """Does their finding hold for our a and b?"""
+def verdict(finding: str, a: dict, b: dict, tolerance: float | None, names: tuple[str, str] = ("a", "b")) -> str:
+    """Does their finding hold for our a and b? `names` label the ratio b/a it quotes."""
     if "missing" in a or "missing" in b:
         return "cannot tell: " + (a.get("missing") or b.get("missing"))
     (pa, *_), (pb, *_) = a["value"], b["value"]
@@ -67,7 +67,7 @@ def verdict(finding: str, a: dict, b: dict, tolerance: float | None) -> str:
         return f"{'yes' if holds else 'no'}: {significant(abs(pb - pa))} apart (their tolerance {tolerance})"
     want = -1 if finding == "b_lower" else 1
     side = stats.compare(b["value"], a["value"])
-    ratio = f"{significant(pb / pa)}x" if pa else ""
+    ratio = f"{names[1]} / {names[0]} = {significant(pb / pa)}x" if pa else ""
     if side == 0:
         if stats.has_interval(*a["value"][1:]) and stats.has_interval(*b["value"][1:]):
             return f"within noise ({ratio})"
@@ -108,7 +108,8 @@ def side_by_side(study: str, cells: pd.DataFrame, stand_in: bool = False) -> str
         rows.append({"question": c["question"],
                      "theirs": f"{c['a']['label']}: {c['a']['theirs']:g} {unit}; {c['b']['label']}: {c['b']['theirs']:g} {unit}",
                      "ours": f"{ours_text(c['a'], a, unit)}; {ours_text(c['b'], b, unit)}",
-                     "their finding": c["says"], "holds here?": verdict(c["finding"], a, b, c.get("tolerance"))})
+                     "their finding": c["says"], "holds here?": verdict(c["finding"], a, b, c.get("tolerance"),
+                                                                     (c["a"]["label"], c["b"]["label"]))})
     return head + "\n\n" + markdown_table(pd.DataFrame(rows)) + (
         "\n\nTimes are not comparable across hardware or data: the question is whether the source's finding, "
         "a relation between two of its cells, holds between the same two cells here.")
