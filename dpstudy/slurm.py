@@ -16,6 +16,7 @@ from pathlib import Path
 TIME_LIMIT = re.compile(r"DUE TO TIME LIMIT", re.IGNORECASE)
 MEMORY_LIMIT = re.compile(r"^.*(exceeded (job )?memory limit|oom[-_ ]kill|out of memory).*$",
                           re.IGNORECASE | re.MULTILINE)
+USED_OVER_LIMIT = re.compile(r"\(\d+ > \d+\)")
 _KEY_VALUE = re.compile(r"(\w[\w:/]*)=(.*?)(?=\s+\w[\w:/]*=|$)")
 
 
@@ -76,6 +77,13 @@ def job_state(job: str) -> dict[str, str]:
             "elapsed": info.get("RunTime", ""), "limit": info.get("TimeLimit", "")}
 
 
+def memory_line(text: str) -> str | None:
+    """slurmstepd's line about the memory limit: the one with the numbers (used > limit) when it
+    printed one. It writes several, in no fixed order, and some say only 'Exceeded job memory limit'."""
+    lines = [m.group(0).strip() for m in MEMORY_LIMIT.finditer(text)]
+    return next((line for line in lines if USED_OVER_LIMIT.search(line)), lines[0] if lines else None)
+
+
 def verdict(job: str, output: str | None) -> Verdict:
     """Why SLURM job `job` ended, from its state and from slurmstepd's lines in its output file."""
     facts = job_state(job)
@@ -86,9 +94,9 @@ def verdict(job: str, output: str | None) -> Verdict:
         limit = f" of {facts['limit']}" if facts["limit"] else ""
         ran = f" after {facts['elapsed']}" if facts["elapsed"] else ""
         return Verdict("time", f"SLURM job {job} was stopped at its time limit{limit}{ran} ({said})")
-    memory = MEMORY_LIMIT.search(text)
+    memory = memory_line(text)
     if state.startswith("OUT_OF_MEMORY") or memory:
-        detail = f": {memory.group(0).strip()}" if memory else ""
+        detail = f": {memory}" if memory else ""
         return Verdict("memory", f"SLURM job {job} was stopped at its memory limit ({said}){detail}")
     if state.startswith("CANCELLED"):
         return Verdict("cancelled", f"SLURM job {job} was cancelled ({said})")

@@ -244,3 +244,18 @@ def test_verdicts_come_from_sacct_else_from_scontrol(monkeypatch, sacct, scontro
     answers = {"sacct": sacct, "scontrol": scontrol}
     monkeypatch.setattr(slurm, "run", lambda *argv: answers[argv[0]])
     assert slurm.verdict("42", None).kind == kind
+
+
+def test_a_memory_verdict_quotes_the_line_with_the_numbers(monkeypatch, tmp_path):
+    # slurmstepd's lines as a killed job's output had them, the numberless one first
+    output = tmp_path / "6.log"
+    output.write_text("epoch 1/2 ...\nslurmstepd-n2: error: Exceeded job memory limit\n"
+                      "slurmstepd-n2: error: StepId=6.0 exceeded memory limit (700989440 > 209715200), being killed\n"
+                      "srun: error: n2: task 0: Killed\n")
+    monkeypatch.setattr(slurm, "run", lambda *argv: "FAILED|NonZeroExitCode|00:00:09|00:10:00" if argv[0] == "sacct" else "")
+    verdict = slurm.verdict("6", str(output))
+    assert verdict.kind == "memory"
+    assert verdict.text == ("SLURM job 6 was stopped at its memory limit (state FAILED, reason NonZeroExitCode): "
+                            "slurmstepd-n2: error: StepId=6.0 exceeded memory limit (700989440 > 209715200), being killed")
+    output.write_text("slurmstepd-n2: error: Exceeded job memory limit\n")
+    assert slurm.verdict("6", str(output)).text.endswith(": slurmstepd-n2: error: Exceeded job memory limit")
