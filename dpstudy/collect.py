@@ -111,6 +111,15 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
     }
 
 
+def same_baseline(singles: pd.DataFrame, row) -> pd.DataFrame:
+    """The rows of `singles` that are `row`'s baseline: equal on every BASELINE_KEYS, a missing
+    value matching a missing one (with_speedup's rule, for one row at a time)."""
+    mask = pd.Series(True, index=singles.index)
+    for key in BASELINE_KEYS:
+        mask &= singles[key].isna() if pd.isna(row[key]) else (singles[key] == row[key]).fillna(False).astype(bool)
+    return singles[mask]
+
+
 def with_speedup(cells: pd.DataFrame) -> pd.DataFrame:
     """Add baseline, speedup and efficiency against the matching single-device cell.
 

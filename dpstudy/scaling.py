@@ -27,7 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from dpstudy.collect import BASELINE_KEYS, SETTING_KEYS
+from dpstudy.collect import SETTING_KEYS, same_baseline
 LOSSES = {"loss_data_s": "waiting for data", "loss_sync_s": "gradient all-reduce the backward did not hide",
           "loss_dp_s": "DP scatter/replicate/gather",
           "loss_compute_s": "per-device compute (it does not shrink n-fold: smaller steps, shared cores)",
@@ -105,20 +105,14 @@ def model(cells: pd.DataFrame, epochs: pd.DataFrame, comm: pd.DataFrame | None =
     parts = epoch_medians(epochs)
     ok = cells[cells["status"] == "ok"]
     multi = ok[(ok["devices"] > 1) & ok["cell"].isin(parts.index)]
-    singles = ok[(ok["mode"] == "single") & (ok["devices"] == 1) & ok["cell"].isin(parts.index)]
-    bases = singles.join(parts, on="cell").groupby(list(BASELINE_KEYS), dropna=False)[
-        ["wall_s", "compute_s", "data_wait_s", "samples"]].median()
+    singles = ok[(ok["mode"] == "single") & (ok["devices"] == 1) & ok["cell"].isin(parts.index)].join(parts, on="cell")
     rows = []
     for _, cell in multi.iterrows():
-        key = tuple(cell[k] for k in BASELINE_KEYS)
-        match = [i for i in bases.index if all(_same(a, b) for a, b in zip(i, key))]
-        if match:
-            rows.append(model_cell(cell, parts.loc[cell["cell"]], bases.loc[match[0]], comm))
+        base = same_baseline(singles, cell)
+        if not base.empty:
+            parts_of_base = base[["wall_s", "compute_s", "data_wait_s", "samples"]].median()
+            rows.append(model_cell(cell, parts.loc[cell["cell"]], parts_of_base, comm))
     return pd.DataFrame(rows, columns=list(COLUMNS))
-
-
-def _same(a, b) -> bool:
-    return (pd.isna(a) and pd.isna(b)) or a == b
 
 
 def by_setting(table: pd.DataFrame) -> pd.DataFrame:

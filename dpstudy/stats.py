@@ -85,16 +85,14 @@ def interval_text(value: tuple[float, float, float], form: str | Callable[[float
 def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per setting of the finished cells: repeats, and median [95 % interval] of throughput,
     speedup (against every repeat of the baseline setting), efficiency and final test accuracy."""
-    from dpstudy.collect import BASELINE_KEYS, SETTING_KEYS
+    from dpstudy.collect import SETTING_KEYS, same_baseline
 
     ok = cells[(cells["status"] == "ok") & cells["samples_per_s"].notna()]
     singles = ok[(ok["mode"] == "single") & (ok["devices"] == 1)]
     rows = []
     for key, group in ok.groupby(SETTING_KEYS, dropna=False, sort=True):
         setting = dict(zip(SETTING_KEYS, key))
-        base = singles
-        for k in BASELINE_KEYS:
-            base = base[base[k].isna()] if pd.isna(setting[k]) else base[base[k] == setting[k]]
+        base = same_baseline(singles, setting)
         row = {**setting, "repeats": len(group), "cells": " ".join(sorted(group["cell"]))}
         for name, value in (("samples_per_s", bootstrap(group["samples_per_s"])),
                             ("final_test_acc", bootstrap(group["final_test_acc"])),
