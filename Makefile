@@ -2,26 +2,42 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 CORES ?= 2
 GPUS ?= 2
+# make setup's options (scripts/setup_venv.py):
+#   TORCH=system   use the PyTorch that $(PYTHON) imports (a cluster module, a container's) instead of
+#                  the lock's; the venv remembers it, so a later `make run` keeps it
+#   WHEELS=DIR     install from a folder of wheels alone, with no network (make wheelhouse fills one)
+#   EXTRAS=test    dpstudy's extras (default test,browser; browser is playwright, 50 MB)
+# The venv remembers TORCH and EXTRAS: a later `make run` or `make test` keeps them.
+TORCH ?=
+WHEELS ?=
+EXTRAS ?=
+# make wheelhouse's: WHEELS (default wheelhouse/), WHEELS_PYTHON=3.12 for another Python,
+# WITH_TORCH=1 to add torch, torchvision and their CUDA libraries (several GB).
+WHEELS_PYTHON ?=
+WITH_TORCH ?=
 
 # Debian packages of the tests: a private SLURM (the cluster tests) and Chromium (the HTML report,
 # opened headless); `make test` installs the missing ones when it runs as root, otherwise those
 # tests are skipped with the reason.
 SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge chromium
 
-.PHONY: setup system-packages test test-fast run clean
+.PHONY: setup wheelhouse lock system-packages test test-fast run gpu-check clean
 
-setup: $(STAMP)
+# Quick and silent when .venv is up to date; (re)installs when pyproject.toml or the lock changed.
+setup:
+	@$(PYTHON) scripts/setup_venv.py setup --venv $(VENV) $(if $(EXTRAS),--extras $(EXTRAS)) \
+		$(if $(TORCH),--torch $(TORCH)) $(if $(WHEELS),--wheels $(WHEELS))
 
-# Reinstall only when the dependency list changes; the package itself is an editable install.
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "dpstudy (python3)" >/dev/null
-	touch $@
+wheelhouse:
+	$(PYTHON) scripts/setup_venv.py wheelhouse --dest $(or $(WHEELS),wheelhouse) \
+		$(if $(WHEELS_PYTHON),--python-version $(WHEELS_PYTHON)) $(if $(WITH_TORCH),--with-torch)
+
+# After a change of pyproject.toml: pin what the tests now pass with.
+lock:
+	$(BIN)/python -m pip install --quiet -e '.[test,browser]'
+	$(BIN)/python scripts/lock_requirements.py
 
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -42,6 +58,12 @@ test-fast: setup
 
 run: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
+
+# On a GPU host: every CUDA path of dpstudy in one run, summarised in results/gpu-check/summary.md.
+# ONLY=tests,study runs some of the six checks (the summary keeps the others' last results).
+# Without a GPU it says so in one line and runs nothing (python -m dpstudy.gpucheck exits 77).
+gpu-check: setup
+	@PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m dpstudy.gpucheck $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf results/* .snakemake

@@ -24,7 +24,8 @@ SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
 SPEC_DEFAULTS = schema.defaults("spec")
 # env key -> cells.csv column; the resolved device is `env_device` because `device` is the
 # spec's request (auto | cuda | cpu).
-ENV_COLUMNS = {"world_size": "world_size", "device": "env_device", "torch": "torch", "cuda": "cuda",
+ENV_COLUMNS = {"world_size": "world_size", "device": "env_device", "torch": "torch", "torch_provider": "torch_provider",
+               "torch_path": "torch_path", "cuda": "cuda",
                "cudnn": "cudnn", "nccl": "nccl", "python": "python", "hostname": "hostname",
                "cpu": "cpu", "driver": "driver", "threads_per_process": "threads_per_process"}
 # Keys that may differ between a cell and its single-device baseline. batch_scope and
@@ -39,7 +40,7 @@ PROBE_FIELDS = ("sync_step_s", "nosync_step_s", "allreduce_s", "grad_bytes", "sc
 CELL_COLUMNS = ("cell", *SPEC_KEYS, "status", "reason", *SUMMARY_FIELDS, "devices", "world_size", "env_device",
                 "global_batch", "epochs_done", "epochs_s", "overhead_s", "peak_mem_mb_max",
                 "peak_mem_mb_min", "baseline", "speedup", "efficiency", "stale", "record",
-                "torch", "cuda", "cudnn", "nccl", "python", "hostname", "cpu", "gpu_names", "driver",
+                "torch", "torch_provider", "torch_path", "cuda", "cudnn", "nccl", "python", "hostname", "cpu", "gpu_names", "driver",
                 "threads_per_process", "git_commit", "source_hash", "scheduler", "job_id", "rank_nodes",
                 *PROBE_FIELDS)
 EPOCH_COLUMNS = ("cell", *SPEC_KEYS, "status", "devices", "world_size", "env_device", "global_batch", "warmup",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -57,20 +58,36 @@ def nccl_version() -> str | None:
         return None
 
 
-def torch_version() -> str | None:
-    """torch.__version__ (with its local label, e.g. +cu130) read from its file: without importing torch."""
+def _torch_package() -> Path | None:
+    """The folder of the torch package this Python imports, found without importing it."""
     import importlib.util
-    import re
 
     spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.origin:
-        return None
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
+def torch_version() -> str | None:
+    """torch.__version__ (with its local label, e.g. +cu130) read from its file: without importing torch."""
+    import re
+
+    package = _torch_package()
     try:
-        text = (Path(spec.origin).parent / "version.py").read_text()
+        text = (package / "version.py").read_text() if package else ""
     except OSError:
         return None
     match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
     return match.group(1) if match else None
+
+
+def torch_origin() -> dict:
+    """Where torch comes from: {"torch_path": the folder that holds it, "torch_provider": "venv" when
+    the project's virtual environment installed it, "host" when the host provided it (make setup
+    TORCH=system, a cluster module, a container's Python run without a venv)}."""
+    package = _torch_package()
+    if package is None:
+        return {"torch_path": None, "torch_provider": None}
+    in_venv = sys.prefix != sys.base_prefix and package.resolve().is_relative_to(Path(sys.prefix).resolve())
+    return {"torch_path": str(package.parent), "torch_provider": "venv" if in_venv else "host"}
 
 
 def rank_host(rank: int, local_rank: int) -> dict:
@@ -92,6 +109,7 @@ def environment(world_size: int, device: str, threads: int, nodes: int = 1) -> d
 
     return {
         "torch": torch.__version__,
+        **torch_origin(),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": nccl_version(),

@@ -28,7 +28,7 @@ def environment(cells: pd.DataFrame, study: str) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in cells["status"].value_counts().items())
     return "\n".join([
         f"- **Study** `{study}`: {plural(len(cells), 'cell')} ({counts})",
-        f"- **PyTorch** {values(cells['torch'])}, CUDA {values(cells['cuda'], 'none')}, "
+        f"- **PyTorch** {values(cells['torch'])}{torch_origin(cells)}, CUDA {values(cells['cuda'], 'none')}, "
         f"Python {values(cells['python'])}",
         f"- **Host** {values(cells['hostname'])}; CPU: {values(cells['cpu'])}; "
         f"GPUs: {gpu_summary(cells['gpu_names'])}",
@@ -37,6 +37,22 @@ def environment(cells: pd.DataFrame, study: str) -> str:
         f"- **Training code** git {values(cells['git_commit'])}, source hash {values(cells['source_hash'])}",
         f"- **Jobs** {jobs(cells)}",
     ])
+
+
+def torch_origin(cells: pd.DataFrame) -> str:
+    """' (the host's, from /opt/torch/...)' when the host provided PyTorch (make setup TORCH=system),
+    ' (dpstudy's venv)' when the project's venv installed it; empty for records without the fact."""
+    if "torch_provider" not in cells:
+        return ""
+    host = cells[cells["torch_provider"] == "host"]
+    venv = cells[cells["torch_provider"] == "venv"]
+    parts = []
+    if not host.empty:
+        share = "" if venv.empty else f" for {plural(len(host), 'cell')}"
+        parts.append(f"the host's{share}, from {values(host['torch_path'])}")
+    if not venv.empty:
+        parts.append("dpstudy's venv" + ("" if host.empty else f" for {plural(len(venv), 'cell')}"))
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def jobs(cells: pd.DataFrame) -> str:

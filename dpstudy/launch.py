@@ -37,7 +37,7 @@ from typing import IO, Iterator
 
 from dpstudy import gpus as gpu_pool, record, slurm
 from dpstudy.atomic import write_json
-from dpstudy.envinfo import job_info, torch_version
+from dpstudy.envinfo import job_info, torch_origin, torch_version
 from dpstudy.lifeline import child_dies_with_us, die_with_parent
 from dpstudy.provenance import REPO, code_version
 from dpstudy.spec import devices, hardware_gap
@@ -194,8 +194,9 @@ class Launcher:
         """The record of a cell that ended here, without a training process to write it."""
         self.say(f"cell {status}: {reason}")
         world = devices(self.spec) if self.spec["mode"] == "ddp" else 1
-        env = {"torch": torch_version(), "python": platform.python_version(), "hostname": socket.gethostname(),
-               "world_size": world, "nodes": self.spec["nodes"], "code_version": code_version(), "job": job_info()}
+        env = {"torch": torch_version(), **torch_origin(), "python": platform.python_version(),
+               "hostname": socket.gethostname(), "world_size": world, "nodes": self.spec["nodes"],
+               "code_version": code_version(), "job": job_info()}
         record.write(self.record_path, record.make(self.args.cell, status, reason, self.spec, env,
                                                    summary={"total_s": time.time() - self.t0}))
 

@@ -54,19 +54,25 @@ class UtilSampler:
         return self
 
     def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
         import pynvml
 
-        while not self._stop.wait(self.interval_s):
-            t = time.perf_counter() - self._t0
-            for i, handle in zip(self.devices, self._handles):
-                rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
-                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-                self.samples[str(i)].append({"t": round(t, 3), "gpu_util": rates.gpu,
-                                             "mem_util": rates.memory, "mem_mb": memory.used / 2**20})
+        t = time.perf_counter() - self._t0
+        for i, handle in zip(self.devices, self._handles):
+            rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            self.samples[str(i)].append({"t": round(t, 3), "gpu_util": rates.gpu,
+                                         "mem_util": rates.memory, "mem_mb": memory.used / 2**20})
 
     def stop(self) -> dict[str, list[dict]] | None:
         if self._thread is None:
             return None
         self._stop.set()
         self._thread.join()
+        # One more at the end: NVML's utilisation covers the last sample period, so a run shorter
+        # than the interval still has its number.
+        self._sample()
         return self.samples

@@ -27,6 +27,15 @@ def requests_gpus(study: dict[str, Any], visible_gpus: int) -> bool:
     return request == "always" or device == "cuda" or visible_gpus > 0
 
 
+def comm_bench_gpus(gpu_jobs: bool, visible_gpus: int, wanted: int = 2) -> int:
+    """GPUs the all-reduce microbenchmark reserves: `wanted`, but no more than this host shows
+    (on a 1-GPU host it measures what one GPU can); all of them where the planning host sees none
+    (a cluster's login node); none in a study that reserves no GPU."""
+    if not gpu_jobs:
+        return 0
+    return min(wanted, visible_gpus) if visible_gpus else wanted
+
+
 def cell_cores(spec: dict[str, Any]) -> int:
     """Cores per node: one per device (process on CPU) and one per DataLoader worker."""
     return spec["gpus"] * (1 + spec["workers"])

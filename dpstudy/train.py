@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from dpstudy import data, models, probe, spec as specs
 from dpstudy.envinfo import environment, rank_host
+from dpstudy.ext.loader import check_kernels
 from dpstudy.loaders import make_loader
 from dpstudy.monitor import UtilSampler, peak_memory_mb, reset_peaks
 from dpstudy.outcome import Outcome
@@ -201,6 +202,8 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         meta, (train_data, test_data) = load_datasets(spec, par)
         channels, size = meta["shape"][0], meta["shape"][1]
         model = models.build(spec["model"], channels, size, len(meta["classes"])).to(par.device)
+        if models.MODELS[spec["model"]].needs_ext:
+            check_kernels(par.devices())  # refuse a build without kernels for these GPUs, with the reason
         if spec["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         trainer = Trainer(spec, par, train_data, test_data, model,

@@ -37,7 +37,7 @@ rule comm_bench:
         "../envs/train.yaml"
     threads: workflow.cores
     resources:
-        gpu=2 if GPU_JOBS else 0,
+        gpu=comm_bench_gpus(GPU_JOBS, visible_gpu_count()),
     shell:
         "python -m dpstudy.gpus --gpus {resources.gpu} --"
         " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q} > {log:q} 2>&1"

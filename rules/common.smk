@@ -9,10 +9,11 @@ sys.path.insert(0, workflow.basedir)
 
 from dpstudy import study as studies
 from dpstudy.data import DATASETS
+from dpstudy.ext import arch as ext_arch
 from dpstudy.gpus import visible_gpu_count
 from dpstudy.models import MODELS
 from dpstudy.provenance import export_checkout
-from dpstudy.resources import requests_gpus, train_resources
+from dpstudy.resources import comm_bench_gpus, requests_gpus, train_resources
 from dpstudy.schema import ConfigError
 
 export_checkout(workflow.basedir)
@@ -23,6 +24,10 @@ try:
     # Whether jobs reserve GPUs (config request_gpus): on a host without GPUs, device 'auto'
     # plans CPU cells, which reserve none.
     GPU_JOBS = requests_gpus(STUDY, visible_gpu_count())
+    # The extension's build: CUDA kernels, for which architectures, required or not.
+    EXT_BUILD_ARGS = ext_arch.build_args(
+        STUDY["ext"]["cuda_arch"], GPU_JOBS, ext_arch.visible_capabilities()
+    )
 except ConfigError as error:
     raise WorkflowError(f"invalid study config: {error}") from None
 
@@ -44,6 +49,7 @@ RECORDS = [f"results/cells/{cell}/record.json" for cell in CELLS]
 DATA_ROOT = STUDY["data_root"]
 
 
+# Also what keeps {wildcards.cell} and {wildcards.dataset} plain words in shell commands.
 wildcard_constraints:
     cell="[a-z0-9_p-]+",
     dataset="[a-z0-9_]+",

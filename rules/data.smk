@@ -18,5 +18,5 @@ rule prepare_data:
         root=lambda wc, output: Path(output[0]).parent.parent,
         overrides=lambda wc: studies.JsonDict(STUDY["datasets"].get(wc.dataset, {})),
     shell:
-        "python scripts/prepare_data.py {wildcards.dataset} --root {params.root:q}"
+        "python scripts/prepare_data.py {wildcards.dataset:q} --root {params.root:q}"
         " --overrides {params.overrides:q} > {log:q} 2>&1"

@@ -16,8 +16,8 @@ rule build_ext:
     conda:
         "../envs/train.yaml"
     params:
-        cuda_arch=STUDY["ext"].get("cuda_arch"),
+        # dpstudy.ext.arch.build_args: the architectures, and --require-cuda when cells will
+        # run on CUDA. :q quotes each argument: no config value reaches the shell as code.
+        args=EXT_BUILD_ARGS,
     shell:
-        "python scripts/build_ext.py --out results/ext"
-        " $( [ -n '{params.cuda_arch}' ] && [ '{params.cuda_arch}' != None ] && echo --cuda-arch '{params.cuda_arch}' )"
-        " > {log:q} 2>&1"
+        "python scripts/build_ext.py --out results/ext {params.args:q} > {log:q} 2>&1"

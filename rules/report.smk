@@ -41,10 +41,10 @@ rule collect:
     conda:
         "../envs/report.yaml"
     params:
-        comm=lambda wildcards, input: f"--comm {input.comm}" if input.comm else "",
+        comm=lambda wildcards, input: ["--comm", *input.comm] if input.comm else [],
     shell:
         "python scripts/collect.py --records {input.records:q} --out-dir results/tables"
-        " {params.comm} > {log:q} 2>&1"
+        " {params.comm:q} > {log:q} 2>&1"
 
 
 rule figures:
@@ -111,6 +111,6 @@ rule report:
     params:
         study=STUDY["study"],
     shell:
-        "python scripts/report.py --notebook {input.notebook} --out-dir results/report"
-        " --study {params.study} --config {input.study} --tables results/tables"
+        "python scripts/report.py --notebook {input.notebook:q} --out-dir results/report"
+        " --study {params.study:q} --config {input.study:q} --tables results/tables"
         " --figures results/figures --bench results/bench > {log:q} 2>&1"

@@ -37,6 +37,9 @@ def cell_id(spec: dict[str, Any], suffix: str = "") -> str:
             f"{nodes}{suffix}")
 
 
+HOST_TORCH = "/opt/torch/.venv/lib/python3.12/site-packages"
+
+
 def make_env(spec: dict[str, Any], code: dict[str, Any], device: str) -> dict[str, Any]:
     """A host `testhost`, run locally; a multi-node cell's ranks on SLURM nodes n1, n2, ..."""
     gpus = ["Fake GPU"] * 8 if device == "cuda" else []
@@ -45,7 +48,10 @@ def make_env(spec: dict[str, Any], code: dict[str, Any], device: str) -> dict[st
               "node": f"n{r // spec['gpus'] + 1}" if spec["nodes"] > 1 else "testhost"} for r in range(world)]
     job = {"scheduler": "slurm", "job_id": "7", "cuda_visible_devices": "0"} if spec["nodes"] > 1 else {
         "scheduler": "local", "job_id": None, "cuda_visible_devices": None}
-    return {"torch": "2.14.1", "cuda": "13.0" if device == "cuda" else None, "cudnn": None,
+    # GPU records as from a container's PyTorch (make setup TORCH=system), CPU ones from dpstudy's venv
+    origin = ({"torch_provider": "host", "torch_path": HOST_TORCH} if device == "cuda" else
+              {"torch_provider": "venv", "torch_path": "/work/dpstudy/.venv/lib/python3.11/site-packages"})
+    return {"torch": "2.14.1", **origin, "cuda": "13.0" if device == "cuda" else None, "cudnn": None,
             "nccl": None, "python": "3.11.2", "hostname": "testhost", "cpu": "Test CPU 9000",
             "gpus": gpus, "driver": None, "world_size": world, "nodes": spec["nodes"], "device": device,
             "threads_per_process": 1, "code_version": dict(code), "ranks": ranks, "job": job}

@@ -54,6 +54,11 @@ def test_environment_names_versions_and_hardware(tmp_path):
     for expected in (STUDY, "8 cells (5 ok, 2 skipped, 1 oom)", "PyTorch** 2.14.1", "Test CPU 9000",
                      "GPUs: 8 x Fake GPU", "world sizes 1, 2", "cpu, cuda"):
         assert expected in text
+    # a PyTorch the host provided (make setup TORCH=system) is named with its folder
+    assert ("PyTorch** 2.14.1 (the host's for 1 cell, from /opt/torch/.venv/lib/python3.12/site-packages; "
+            "dpstudy's venv for 7 cells), CUDA") in text
+    only_venv = inventory.environment(tables_of(tmp_path / "venv", small_grid())["cells"], STUDY)
+    assert "PyTorch** 2.14.1 (dpstudy's venv), CUDA none" in only_venv
 
 
 def test_one_run_gives_numbers_and_no_claim(grid):

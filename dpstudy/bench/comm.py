@@ -85,17 +85,19 @@ def _worker(rank: int, world_size: int, store: str, combos: list, sizes: list[in
         Path(out).write_text(json.dumps(rows))
 
 
-def run(quick: bool = False, world_size: int = 2) -> pd.DataFrame:
-    """Spawn `world_size` processes, time all_reduce for every runnable combination and size."""
+def run(quick: bool = False, world_size: int = 2, combos=COMBOS) -> pd.DataFrame:
+    """Spawn `world_size` processes, time all_reduce for every runnable (backend, device) of
+    `combos` and every size; the combinations of `combos` that cannot run are rows with a reason."""
     sizes = [n for n in SIZES if not quick or n <= QUICK_MAX]
-    runnable = [c for c in COMBOS if reason(*c, world_size) is None]
+    combos = [tuple(c) for c in combos]
+    runnable = [c for c in combos if reason(*c, world_size) is None]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "rows.json")
         mp.start_processes(_worker, args=(world_size, str(Path(tmp, "store")), runnable, sizes, quick, str(out)),
                            nprocs=world_size, start_method="spawn")
         measured = json.loads(out.read_text())
     skipped = [{"backend": b, "device": d, "bytes": n, "reason": reason(b, d, world_size)}
-               for b, d in COMBOS if (b, d) not in runnable for n in sizes]
+               for b, d in combos if (b, d) not in runnable for n in sizes]
     df = pd.DataFrame(measured + skipped, columns=COLUMNS)
     df["world_size"], df["dtype"], df["iters"] = world_size, "float32", df.iters.astype("Int64")
     df["size"] = df["bytes"].map(size_label)

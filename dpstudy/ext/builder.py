@@ -4,6 +4,12 @@ The compiler runs in a child Python process: cpp_extension loads what it builds 
 that built it, and a process can hold only one library for the `dpstudy` namespace. The child
 compiles, loads the library and lists its operators; only then is the .so moved into place and
 build.json written (both atomically), so a failed build never leaves a half-built extension.
+
+Which CUDA architectures: `cuda_arch` (an architecture list, see dpstudy.ext.arch), else the
+visible GPUs'; with `require_cuda` and neither, arch.DEFAULT_CUDA_ARCH ("8.0;9.0+PTX": Ampere,
+Ada, Hopper, and newer GPUs through PTX). `require_cuda` (the workflow passes it when the study
+runs CUDA cells) turns "no CUDA kernels can be built here" into an error instead of a CPU-only
+library that CUDA cells could not use.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dpstudy.atomic import write_json
+from dpstudy.ext.arch import DEFAULT_CUDA_ARCH, split
 
 NAME = "dpstudy_ext"
 SO_NAME = f"{NAME}.so"
@@ -44,10 +51,17 @@ def sources_sha256() -> str:
     return digest.hexdigest()
 
 
-def cuda_plan(cpu_only: bool | None, cuda_arch: str | None) -> dict[str, Any]:
+class CudaUnavailable(RuntimeError):
+    """CUDA kernels were required (require_cuda) but cannot be built here; the message says why."""
+
+
+def cuda_plan(cpu_only: bool | None, cuda_arch: str | None, require_cuda: bool = False) -> dict[str, Any]:
     """Whether CUDA kernels go in, for which architectures, and why not when they don't."""
     import torch
 
+    arch, arch_source = (split(cuda_arch, "--cuda-arch"), "argument") if cuda_arch else ([], None)
+    if require_cuda and not arch and not torch.cuda.is_available():
+        arch, arch_source = split(DEFAULT_CUDA_ARCH), "default"  # required, and nothing says for which GPUs
     if cpu_only is None:
         cpu_only = os.environ.get("DPSTUDY_EXT_CPU_ONLY", "") == "1"
     home = cuda_home()
@@ -57,12 +71,13 @@ def cuda_plan(cpu_only: bool | None, cuda_arch: str | None) -> dict[str, Any]:
         note = f"CPU-only build: torch {torch.__version__} has no CUDA"
     elif home is None:
         note = "CPU-only build: no CUDA toolkit (bin/nvcc + include/cuda_runtime.h) found; set CUDA_HOME"
-    elif not cuda_arch and not torch.cuda.is_available():
+    elif not arch and not torch.cuda.is_available():
         # Minutes of nvcc for kernels nothing here can run; a GPU node builds its own.
-        note = ('CPU-only build: no GPU is visible, so CUDA kernels could not run here; set ext.cuda_arch '
-                '(e.g. "8.0;9.0") or --cuda-arch to compile them anyway')
+        note = (f'CPU-only build: no GPU is visible, so CUDA kernels could not run here; set ext.cuda_arch '
+                f'(e.g. "{DEFAULT_CUDA_ARCH}"), device: cuda, or --cuda-arch to compile them anyway')
     else:
-        arch, arch_source = _cuda_arch(cuda_arch)
+        if not arch:
+            arch, arch_source = _visible_arch(), "visible GPUs"
         return {"with_cuda": True, "cuda_arch": arch, "cuda_arch_source": arch_source, "cuda_home": str(home),
                 "nvcc": _version(home / "bin" / "nvcc"), "note": None}
     return {"with_cuda": False, "cuda_arch": [], "cuda_arch_source": None, "cuda_home": None, "nvcc": None,
@@ -83,17 +98,11 @@ def cuda_home() -> Path | None:
     return None
 
 
-def _cuda_arch(cuda_arch: str | None) -> tuple[list[str], str]:
+def _visible_arch() -> list[str]:
     import torch
 
-    if cuda_arch:
-        return _split_arch(cuda_arch), "argument"
     caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
-    return sorted(f"{major}.{minor}" for major, minor in caps), "visible GPUs"
-
-
-def _split_arch(text: str) -> list[str]:
-    return [a for a in text.replace(",", ";").replace(" ", ";").split(";") if a]
+    return sorted(f"{major}.{minor}" for major, minor in caps)
 
 
 def _version(program: str | Path) -> str:
@@ -119,16 +128,20 @@ def _cached(path: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def build(out_dir: str | Path = "results/ext", cuda_arch: str | None = None, cpu_only: bool | None = None,
-          force: bool = False) -> dict[str, Any]:
+          force: bool = False, require_cuda: bool = False) -> dict[str, Any]:
     """Build the library into `out_dir` and return build.json's content.
 
     An up-to-date build (same sources, torch and CUDA plan) is reused unless `force`; ninja keeps
-    `out_dir/build` so that a rebuild recompiles only changed files.
+    `out_dir/build` so that a rebuild recompiles only changed files. With `require_cuda`, a build
+    that could not include CUDA kernels raises CudaUnavailable before compiling anything.
     """
     import torch
 
     out = Path(out_dir).resolve()
-    plan = cuda_plan(cpu_only, cuda_arch)
+    plan = cuda_plan(cpu_only, cuda_arch, require_cuda)
+    if require_cuda and not plan["with_cuda"]:
+        raise CudaUnavailable(f"dpstudy.ext: the study runs CUDA cells, so the extension needs CUDA kernels, "
+                              f"but they cannot be built here: {plan['note']}")
     if plan["note"]:
         print(f"dpstudy.ext: {plan['note']}", file=sys.stderr)
     expected = {"schema": SCHEMA, "torch": torch.__version__, "sources_sha256": sources_sha256(),

@@ -1,11 +1,14 @@
-"""Find and load the built operator library (once per process)."""
+"""Find and load the built operator library (once per process), and refuse GPUs it has no
+CUDA kernels for."""
 from __future__ import annotations
 
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Iterable
 
+from .arch import missing_kernels
 from .builder import SO_NAME, build, sources_sha256
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,3 +50,37 @@ def _stale(build_json: Path) -> bool:
         return json.loads(build_json.read_text()).get("sources_sha256") != sources_sha256()
     except (OSError, ValueError):
         return True
+
+
+class MissingKernels(RuntimeError):
+    """The loaded library has no CUDA kernels for a GPU this process drives; the message says why."""
+
+
+def check_kernels(devices: Iterable[int]) -> None:
+    """Raise MissingKernels, with the reason, unless the loaded library's kernels (its build.json)
+    run on every CUDA device in `devices`: a clear refusal before training, not a launch error
+    (or a silent fallback) in the middle of it."""
+    import torch
+
+    folder = (_loaded or load_library()).parent
+    build_info = _read_build(folder / "build.json")
+    for index in devices:
+        reason = missing_kernels(build_info, torch.cuda.get_device_capability(index), _shown(folder),
+                                 torch.cuda.get_device_name(index))
+        if reason:
+            raise MissingKernels(reason)
+
+
+def _read_build(build_json: Path) -> dict | None:
+    try:
+        return json.loads(build_json.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _shown(folder: Path) -> str:
+    """`folder` relative to the working directory when inside it (results/ext), else absolute."""
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)

@@ -1,0 +1,174 @@
+"""The six checks of `make gpu-check`, in order: the single source of their names, titles, the
+function that runs each, and every figure each reports with its target.
+
+An item's function (in dpstudy.gpucheck.items) takes the output folder and returns a dict whose
+"figures" hold the values named here by key ("details" may say more about one); the summary
+compares each with its target. No torch here: the summary is written on any machine.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+# ---- how figures read -------------------------------------------------------------------------
+
+def _number(value: float, digits: int = 3) -> str:
+    """A few significant digits with thousands separators: 41,200 / 3.35 / 0.0123."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = digits - 1 - math.floor(math.log10(abs(value)))
+    text = f"{round(value, decimals):,.{max(0, decimals)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _percent(share: float) -> str:
+    pct = 100 * share
+    return f"{_number(pct, 2)} %" if abs(pct) < 10 else f"{pct:.0f} %"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def _bytes_per_s(bps: float) -> str:
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)):
+        if abs(bps) >= scale:
+            return f"{_number(bps / scale)} {unit}"
+    return f"{bps:.0f} B/s"
+
+
+def _flops(flops: float) -> str:
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if abs(flops) >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.0f} FLOP"
+
+
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "count": lambda v: f"{int(v):,}",
+    "img_per_s": lambda v: f"{_number(v)} img/s",
+    "samples_per_s": lambda v: f"{_number(v)} samples/s",
+    "ratio": lambda v: f"{_number(v)}x",
+    "share": _percent,
+    "duration": _duration,
+    "bytes_per_s": _bytes_per_s,
+    "gb_per_s": lambda v: f"{_number(v)} GB/s",
+    "tflops": lambda v: f"{_number(v)} TFLOP/s",
+    "flop": _flops,
+    "ms": lambda v: f"{_number(v)} ms",
+    "us": lambda v: f"{_number(v)} µs",
+    "bool": lambda v: "yes" if v else "no",
+    "text": str,
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A figure's target: `op` one of >=, >, <=, <, ==, true; `text` overrides how it reads."""
+    op: str
+    value: Any = True
+    text: str | None = None
+
+    def met(self, measured: Any) -> bool:
+        if measured is None:
+            return False
+        if self.op == "true":
+            return measured is True
+        if isinstance(measured, (int, float)) and not math.isfinite(measured):
+            return False
+        return {">=": measured >= self.value, ">": measured > self.value, "<=": measured <= self.value,
+                "<": measured < self.value, "==": measured == self.value}[self.op]
+
+    def describe(self, fmt: str) -> str:
+        if self.text:
+            return self.text
+        symbol = {">=": "≥", ">": ">", "<=": "≤", "<": "<", "==": "="}[self.op]
+        return f"{symbol} {FORMATS[fmt](self.value)}"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str  # in the raw file's "figures"
+    label: str
+    fmt: str  # a key of FORMATS
+    target: Target | None = None
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    title: str
+    function: str  # "module:function", imported only where the item runs
+    figures: tuple[Figure, ...]
+    timeout_s: int  # the runner stops the item after this long (a hang must not block the rest)
+
+    def run(self, out) -> dict:
+        import importlib
+
+        module, function = self.function.split(":")
+        return getattr(importlib.import_module(module), function)(out)
+
+
+ITEMS: tuple[Item, ...] = (
+    Item("tests", "gpu-marked tests: CUDA kernels vs reference, opcheck, gradcheck, autocast, memory accounting",
+         "dpstudy.gpucheck.items:run_tests", (
+             Figure("ran", "gpu tests run (not skipped)", "count", Target(">=", 1)),
+             Figure("failed", "gpu tests failed or in error", "count", Target("==", 0)),
+             Figure("passed", "gpu tests passed", "count"),
+             Figure("skipped", "gpu tests skipped", "count"),
+             Figure("duration_s", "pytest wall time", "duration"),
+         ), timeout_s=1800),
+    Item("study", "default study with device: cuda, end to end to the HTML report",
+         "dpstudy.gpucheck.study:run_study", (
+             Figure("snakemake_ok", "Snakemake finished without error", "bool", Target("true", text="yes")),
+             Figure("core_cells_ok", "single g1, dp g1, ddp g1 nccl, ddp g1 gloo cells", "bool",
+                    Target("true", text="all ok, on CUDA")),
+             Figure("too_big_skipped", "cells needing more GPUs than visible", "bool",
+                    Target("true", text="skipped, reason names GPUs")),
+             Figure("util_filled", "NVML utilisation of the ok cells", "bool", Target("true", text="samples for every ok cell")),
+             Figure("report_html", "results/report/report.html", "bool", Target("true", text="written")),
+             Figure("wall_s", "study wall time", "duration"),
+         ), timeout_s=2400),
+    Item("loader", "device loader vs source 002's DataLoader (workers 0, affine), LeNet on 28x28",
+         "dpstudy.gpucheck.items:run_loader", (
+             Figure("speedup", "device loader (c) vs DataLoader (a), epoch time", "ratio", Target(">=", 20)),
+             Figure("data_wait_share", "data wait in the device loader's epoch", "share", Target("<", 0.05)),
+             Figure("a_samples_per_s", "(a) DataLoader, 0 workers, affine", "samples_per_s"),
+             Figure("c_samples_per_s", "(c) device loader, affine", "samples_per_s"),
+             Figure("c_vs_bound", "(c) epoch / bare-step bound (d)", "ratio"),
+         ), timeout_s=900),
+    Item("resnet", "ResNet-18 (source 003's small-image variant), CIFAR-sized, batch 512, bf16 + channels_last",
+         "dpstudy.gpucheck.items:run_resnet", (
+             Figure("images_per_s", "training images/s (device loader, steady epochs)", "img_per_s",
+                    Target(">=", 40_000)),
+             Figure("mfu", "MFU (dense BF16 peak)", "share"),
+             Figure("achieved_tflops", "achieved FLOP/s (FLOPs per image x images/s)", "tflops"),
+             Figure("flops_per_image", "FLOPs per image, forward + backward", "flop"),
+             Figure("loss_finite", "training loss finite", "bool", Target("true", text="yes")),
+         ), timeout_s=900),
+    Item("grayscale", "the extension's CUDA rgb_to_grayscale: achieved bandwidth vs the device's peak",
+         "dpstudy.gpucheck.items:run_grayscale", (
+             Figure("fraction_of_peak", "extension bandwidth / peak memory bandwidth", "share", Target(">=", 0.5)),
+             Figure("correct", "output equals dpstudy.ext.reference (poisoned output memory)", "bool",
+                    Target("true", text="yes")),
+             Figure("bandwidth_bps", "extension achieved bandwidth", "bytes_per_s"),
+             Figure("median_ms", "extension median time per call", "ms"),
+             Figure("torchvision_bps", "torchvision rgb_to_grayscale (float), same batch", "bytes_per_s"),
+         ), timeout_s=1500),
+    Item("comm", "NCCL and Gloo all-reduce on CUDA tensors",
+         "dpstudy.gpucheck.items:run_comm", (
+             Figure("ran", "both backends ran without error", "bool", Target("true", text="yes")),
+             Figure("nccl_busbw_gbps", "NCCL bus bandwidth, largest size", "gb_per_s"),
+             Figure("nccl_latency_us", "NCCL latency, smallest size", "us"),
+             Figure("gloo_busbw_gbps", "Gloo bus bandwidth, largest size", "gb_per_s"),
+             Figure("gloo_latency_us", "Gloo latency, smallest size", "us"),
+         ), timeout_s=900),
+)
+
+NAMES: tuple[str, ...] = tuple(item.name for item in ITEMS)
+BY_NAME: dict[str, Item] = {item.name: item for item in ITEMS}
