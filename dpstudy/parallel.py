@@ -103,8 +103,21 @@ class Parallel:
 
     def close(self) -> None:
         if self.initialized:
-            dist.destroy_process_group()
+            destroy_process_group()
             self.initialized = False
+
+
+def destroy_process_group() -> None:
+    """dist.destroy_process_group(), without the Gloo shutdown deadlock of torch < 2.8.
+
+    Before 2.8 (pytorch/pytorch#154976) the process group's destructor joins Gloo's worker threads
+    holding the GIL, while a worker may still be freeing the last collective's tensors, which takes
+    the GIL. Holding the Gloo backend past destroy_process_group() leaves that join to the
+    backend's own destructor, which releases the GIL.
+    """
+    backend = dist.group.WORLD._get_backend(torch.device("cpu")) if dist.get_backend() == "gloo" else None
+    dist.destroy_process_group()
+    del backend  # the join happens here, with the GIL released
 
 
 def free_port() -> int:

@@ -10,6 +10,7 @@ sys.path.insert(0, workflow.basedir)
 from dpstudy import study as studies
 from dpstudy.data import DATASETS
 from dpstudy.ext import arch as ext_arch
+from dpstudy.envinfo import torch_version
 from dpstudy.gpus import visible_gpu_count
 from dpstudy.models import MODELS
 from dpstudy.provenance import export_checkout

@@ -19,5 +19,8 @@ rule build_ext:
         # dpstudy.ext.arch.build_args: the architectures, and --require-cuda when cells will
         # run on CUDA. :q quotes each argument: no config value reaches the shell as code.
         args=EXT_BUILD_ARGS,
+        # The library links against one torch: another torch (make setup TORCH=system, a new
+        # lock) reruns the build. Read from torch's version file, without importing torch.
+        torch=torch_version(),
     shell:
         "python scripts/build_ext.py --out results/ext {params.args:q} > {log:q} 2>&1"

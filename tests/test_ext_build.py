@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from dpstudy import data, record, study as studies
 from dpstudy.ext import arch
@@ -267,3 +268,16 @@ def test_the_planned_cuda_build_compiles_the_kernels_here(tmp_path):
     assert all(path.exists() for path in objects)
     flags = (checkout / "results/ext/build/build.ninja").read_text()
     assert all(flag in flags for flag in ("code=sm_80", "code=sm_90", "code=compute_90"))
+
+
+def test_a_library_built_for_another_torch_is_refused_with_what_to_do(tmp_path):
+    # Loading it would fail with an undefined symbol (seen: a 2.14 build in torch 2.6), or worse.
+    (tmp_path / "dpstudy_ext.so").write_bytes(b"not loaded")
+    other = "1.13.1+cu117"  # not the running torch, whichever that is
+    (tmp_path / "build.json").write_text(json.dumps({"torch": other, "sources_sha256": "x"}))
+    code = ("import sys; from dpstudy.ext.loader import load_library, ExtensionMismatch\n"
+            "try:\n    load_library(sys.argv[1])\nexcept ExtensionMismatch as e:\n    print(e); sys.exit(3)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr
+    assert (f"{tmp_path / 'dpstudy_ext.so'} was built for torch {other}, but this is torch {torch.__version__}: "
+            f"rebuild it (`python scripts/build_ext.py --out {tmp_path}`") in proc.stdout

@@ -32,7 +32,11 @@ def test_single_and_dp_run_one_python_process(tmp_path):
 
 def test_ddp_on_one_node_runs_torchrun_standalone(tmp_path):
     argv = launch.command(DDP, "c", tmp_path, 2, None)
-    assert argv[0].endswith("torchrun") and argv[1:3] == ["--standalone", "--nproc-per-node=2"]
+    # the venv's torchrun, or torch's module where the host's torch brings no script (TORCH=system)
+    runner = argv[:1] if argv[0].endswith("torchrun") else argv[:3]
+    assert runner in ([str(Path(sys.executable).parent / "torchrun")],
+                      [sys.executable, "-m", "torch.distributed.run"])
+    assert argv[len(runner):len(runner) + 2] == ["--standalone", "--nproc-per-node=2"]
 
 
 def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path):

@@ -137,6 +137,9 @@ def test_this_environment_is_the_lock_s():
     # The versions the tests pass with are the lock's: every locked distribution this venv installed
     # itself (not one a host provides under TORCH=system) is at its pinned version.
     pins = {**setup_venv.read_pins(setup_venv.LOCK), **setup_venv.read_pins(setup_venv.TORCH_LOCK)}
+    # setuptools is pinned as dpstudy's build backend, which pip installs in its isolated build
+    # environment; the venv's own copy is whatever `python -m venv` (or a host) brought.
+    pins.pop("setuptools")
     # Only this venv's site-packages: not a host's, nor the copies setuptools vendors (it puts
     # setuptools/_vendor on sys.path once imported).
     site = list(dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]))

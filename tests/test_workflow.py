@@ -237,7 +237,7 @@ def running_long_cell(finished, tmp_path):
         wait_for_text(workdir / f"results/cells/{LONG}/train.log", "epoch 1/", proc)
         ranks = processes_with(f"--out results/cells/{LONG} --cell")
         ranks = [pid for pid in ranks if "scripts/train.py" in Path(f"/proc/{pid}/cmdline").read_text()
-                 and "torchrun" not in Path(f"/proc/{pid}/cmdline").read_text()]
+                 and not is_torchrun(pid)]
         assert len(ranks) == 2
         yield workdir, proc, ranks
     finally:
@@ -246,10 +246,16 @@ def running_long_cell(finished, tmp_path):
         wait_until_gone(processes_with(f"results/cells/{LONG}"), 10)
 
 
+def is_torchrun(pid: int) -> bool:
+    """The launcher's torchrun: the script, or `python -m torch.distributed.run` (a host's torch)."""
+    cmdline = Path(f"/proc/{pid}/cmdline").read_text()
+    return "torchrun" in cmdline or "torch.distributed.run" in cmdline
+
+
 @pytest.mark.slow
 def test_killing_snakemake_and_torchrun_takes_the_ranks_along(running_long_cell):
     workdir, proc, ranks = running_long_cell
-    torchrun = [p for p in processes_with(f"results/cells/{LONG}") if "torchrun" in Path(f"/proc/{p}/cmdline").read_text()]
+    torchrun = [p for p in processes_with(f"results/cells/{LONG}") if is_torchrun(p)]
     os.kill(proc.pid, signal.SIGKILL)
     for pid in torchrun:
         os.kill(pid, signal.SIGKILL)

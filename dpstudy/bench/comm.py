@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from dpstudy.parallel import destroy_process_group
+
 COLUMNS = ["backend", "device", "world_size", "bytes", "size", "dtype", "iters", "median_s", "algbw_gbps",
            "busbw_gbps", "reason"]
 SIZES = [4096 * 4**k for k in range(9)]  # 4 KiB .. 256 MiB
@@ -80,7 +82,7 @@ def _worker(rank: int, world_size: int, store: str, combos: list, sizes: list[in
             device = torch.device("cuda", rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
         rows += [{"backend": backend, "device": device_type, **_time_size(n, device, backend, quick)} for n in sizes]
-        dist.destroy_process_group()
+        destroy_process_group()
     if rank == 0:
         Path(out).write_text(json.dumps(rows))
 

@@ -40,9 +40,27 @@ def load_library(out_dir: str | Path | None = None) -> Path:
               f"`python scripts/build_ext.py --out {out}`", file=sys.stderr)
     import torch
 
+    built_for = _built_for(out / "build.json")
+    if built_for not in (None, torch.__version__):
+        # A library links against one torch's symbols: loading it into another fails with an
+        # undefined symbol, or worse. Say what to do instead.
+        raise ExtensionMismatch(f"{so} was built for torch {built_for}, but this is torch {torch.__version__}: "
+                                f"rebuild it (`python scripts/build_ext.py --out {out}`, or rerun the study: its "
+                                "build_ext rule reruns when torch changes)")
     torch.ops.load_library(str(so))
     _loaded = so
     return so
+
+
+class ExtensionMismatch(RuntimeError):
+    """The built library belongs to another torch than the one running."""
+
+
+def _built_for(build_json: Path) -> str | None:
+    try:
+        return json.loads(build_json.read_text()).get("torch")
+    except (OSError, ValueError):
+        return None
 
 
 def _stale(build_json: Path) -> bool:

@@ -55,7 +55,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
   const at::Tensor columns = im2col(input.contiguous(), g);
   at::Tensor grad_weight = at::bmm(grad, columns.transpose(1, 2)).sum(0).view(weight.sizes());
   at::Tensor grad_input = col2im(at::matmul(weight.reshape({g.o, -1}).t(), grad), g);
-  at::Tensor grad_bias = grad.sum({0, 2});
+  // IntArrayRef spelled out: before 2.13 torch also has sum(DimnameList), so sum({0, 2}) is ambiguous.
+  at::Tensor grad_bias = grad.sum(at::IntArrayRef{0, 2});
   return {grad_input, grad_weight, grad_bias};
 }
 
