@@ -11,6 +11,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from dpstudy import nvml
 from dpstudy.provenance import code_version
 
 
@@ -35,16 +36,7 @@ def gpu_names() -> list[str]:
 
 
 def driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlSystemGetDriverVersion()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVIDIA driver, or NVML missing: nothing to report
-        return None
+    return nvml.query(lambda n: n.nvmlSystemGetDriverVersion(), None)  # no NVIDIA driver: nothing to report
 
 
 def nccl_version() -> str | None:

@@ -22,22 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from dpstudy import nvml
 from dpstudy.lifeline import child_dies_with_us
 
 DEFAULT_POOL = Path(tempfile.gettempdir()) / f"dpstudy-gpu-slots-{os.getuid()}"
 
 
 def visible_gpu_count() -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver: no GPUs
-        return 0
+    return nvml.query(lambda n: n.nvmlDeviceGetCount(), 0)  # no driver: no GPUs
 
 
 def try_lock(path: Path):

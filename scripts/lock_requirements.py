@@ -42,19 +42,27 @@ def applies(req: Requirement, extras: tuple[str, ...]) -> bool:
     return any(req.marker.evaluate({**default_environment(), "extra": extra}) for extra in ("", *extras))
 
 
-def closure(roots: list[Requirement]) -> dict[str, str]:
-    """{canonical name: installed version} of `roots` and everything they require, here."""
-    found: dict[str, str] = {}
+def closure(roots: list[Requirement]) -> dict[str, metadata.Distribution]:
+    """{canonical name: installed distribution} of `roots` and everything they require, here.
+
+    A distribution is walked again for every new set of extras it is asked with (torch asks for
+    cuda-toolkit[cudart, ...], whose extras bring the CUDA libraries)."""
+    found: dict[str, metadata.Distribution] = {}
+    walked: set[tuple[str, frozenset[str]]] = set()
     todo = list(roots)
     while todo:
         req = todo.pop()
         name = canonicalize_name(req.name)
-        if name in found:
+        if (name, frozenset(req.extras)) in walked:
             continue
-        dist = metadata.distribution(req.name)
-        found[name] = dist.version
+        walked.add((name, frozenset(req.extras)))
+        dist = found.setdefault(name, metadata.distribution(req.name))
         todo += [r for r in map(Requirement, dist.requires or []) if applies(r, tuple(req.extras))]
     return found
+
+
+def versions(dists: dict[str, metadata.Distribution]) -> dict[str, str]:
+    return {name: dist.version for name, dist in dists.items()}
 
 
 def latest_build_backend() -> dict[str, str]:
@@ -78,8 +86,9 @@ def write(path: Path, what: str, pins: dict[str, str]) -> None:
 def main() -> None:
     requirements = [Requirement(r) for r in metadata.requires("dpstudy") or []]
     wanted = [r for r in requirements if applies(r, EXTRAS)]
-    rest = {**closure([r for r in wanted if canonicalize_name(r.name) not in TORCH_ROOTS]), **latest_build_backend()}
-    torch = closure([r for r in wanted if canonicalize_name(r.name) in TORCH_ROOTS])
+    rest = {**versions(closure([r for r in wanted if canonicalize_name(r.name) not in TORCH_ROOTS])),
+            **latest_build_backend()}
+    torch = versions(closure([r for r in wanted if canonicalize_name(r.name) in TORCH_ROOTS]))
     out = REPO / "requirements"
     out.mkdir(exist_ok=True)
     write(out / "torch.txt", "PyTorch and what only it needs: left out when the host brings its own (TORCH=system).",

@@ -248,19 +248,19 @@ def create_venv(venv: Path, python: str, mode: str) -> None:
     subprocess.run([python, "-m", "venv", *(["--system-site-packages"] if system else []), str(venv)], check=True)
 
 
-def expose_host_torch(venv: Path, python: str) -> None:
-    """Make the venv see the torch `python` imports when --system-site-packages did not (torch in
-    another venv or a conda env): a .pth file adds the folders that hold torch and torchvision."""
+def expose_host_torch(venv: Path, host: dict) -> dict:
+    """Make the venv see the host's torch (`host`: its probe) when --system-site-packages did not
+    (torch in another venv or a conda env): a .pth file adds the folders that hold torch and
+    torchvision. Returns the venv's probe."""
     pth = site_packages(venv) / HOST_PTH
     pth.unlink(missing_ok=True)
     inside = probe(venv_python(venv))
-    if "torch" in inside:
-        return
-    host = probe(python)
-    folders = [host[key] for key in ("torch_path", "torchvision_path") if key in host]
-    if folders:
-        pth.write_text("".join(f"{folder}\n" for folder in dict.fromkeys(folders)))
-        say(f"the venv sees {', '.join(dict.fromkeys(folders))} (through {pth.name})")
+    folders = list(dict.fromkeys(host[key] for key in ("torch_path", "torchvision_path") if key in host))
+    if "torch" in inside or not folders:
+        return inside
+    pth.write_text("".join(f"{folder}\n" for folder in folders))
+    say(f"the venv sees {', '.join(folders)} (through {pth.name})")
+    return probe(venv_python(venv))
 
 
 def constraints(mode: str, host_packages: dict[str, str], tmp: Path) -> list[str]:
@@ -319,12 +319,12 @@ def setup(venv: Path, mode: str | None, wheels: Path | None, extras: str | None,
         return state
     if mode == "system":
         # Checked before the venv is touched: a refusal leaves an existing venv as it was.
-        check_host_torch(probe(python))
+        host = probe(python)
+        check_host_torch(host)
     create_venv(venv, python, mode)
     found = {}
     if mode == "system":
-        expose_host_torch(venv, python)
-        found = probe(venv_python(venv))
+        found = expose_host_torch(venv, host)
         check_host_torch(found)
         say(f"using the host's {describe_torch(found)}")
     if not wheels:

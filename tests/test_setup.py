@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,9 +20,17 @@ from packaging.version import Version
 from workflow import copy_checkout
 
 REPO = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("setup_venv", REPO / "scripts" / "setup_venv.py")
-setup_venv = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(setup_venv)
+
+
+def script(name: str):
+    """A module of scripts/ (they are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+setup_venv, lock_requirements = script("setup_venv"), script("lock_requirements")
 
 RANGES = setup_venv.declared_ranges()
 BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
@@ -159,16 +166,8 @@ def host_with_only_torch(dest: Path) -> Path:
     container's or a module's Python sees its PyTorch."""
     site = dest / "site"
     site.mkdir(parents=True)
-    todo, done, tops = [Requirement("torch"), Requirement("torchvision")], set(), set()
-    while todo:
-        req = todo.pop()
-        dist = metadata.distribution(req.name)
-        if (key := (canonicalize_name(req.name), tuple(sorted(req.extras)))) in done:
-            continue
-        done.add(key)
-        tops |= {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}
-        todo += [r for r in map(Requirement, dist.requires or []) if r.marker is None or any(
-            r.marker.evaluate({**default_environment(), "extra": e}) for e in ("", *req.extras))]
+    dists = lock_requirements.closure([Requirement("torch"), Requirement("torchvision")])
+    tops = {f.parts[0] for dist in dists.values() for f in dist.files or [] if f.parts[0] != ".."}
     installed = Path(metadata.distribution("torch").locate_file(""))
     for top in tops:
         if (installed / top).exists():

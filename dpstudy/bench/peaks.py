@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dpstudy import nvml
+
 # Sources (NVIDIA product pages and datasheets):
 H100 = "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/ (SXM 1,979 / PCIe 1,513 / NVL 1,671 TFLOPS BF16 with sparsity)"
 H200 = "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/ (SXM 1,979 / NVL 1,671 TFLOPS BF16 with sparsity, 4.8 TB/s)"
@@ -91,16 +93,9 @@ def memory_bandwidth(index: int = 0) -> tuple[float | None, str]:
 
 def _nvml_memory(uuid) -> tuple[int, int] | None:
     """(max memory clock MHz, bus width bits) from NVML, or None."""
-    try:
-        import pynvml
+    def read(n):
+        handle = n.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        return n.nvmlDeviceGetMaxClockInfo(handle, n.NVML_CLOCK_MEM), n.nvmlDeviceGetMemoryBusWidth(handle)
 
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-            bus = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML, or a driver too old for the call
-        return None
+    clock, bus = nvml.query(read, (None, None))
     return (int(clock), int(bus)) if clock and bus else None

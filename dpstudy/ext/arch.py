@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from dpstudy import nvml
 from dpstudy.schema import ConfigError
 
 # What the workflow builds for a study that runs CUDA cells and names no ext.cuda_arch (plus the
@@ -107,17 +108,8 @@ def build_args(study_arch: str | None, cuda_cells: bool, visible: Iterable[tuple
 
 def visible_capabilities() -> list[tuple[int, int]]:
     """Compute capabilities of the GPUs this host sees, through NVML (no torch, milliseconds)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            return [tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h)) for h in handles]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver: no GPUs
-        return []
+    return nvml.query(lambda n: [tuple(n.nvmlDeviceGetCudaComputeCapability(n.nvmlDeviceGetHandleByIndex(i)))
+                                 for i in range(n.nvmlDeviceGetCount())], [])
 
 
 def covers(arch_list: Iterable[str], capability: tuple[int, int]) -> bool:

@@ -160,7 +160,8 @@ def run_study(out: Path) -> dict:
                            "see the log above")
     cells = pd.read_csv(cells_csv)
     util = pd.read_csv(util_csv) if util_csv.exists() else pd.DataFrame(columns=["cell", "device", "t", "gpu_util"])
-    result = check_tables(cells, util, visible, too_big, left_out_cells(lines))
+    left_out = left_out_cells(lines)
+    result = check_tables(cells, util, visible, too_big, left_out)
     figures, details, notes = result["figures"], result["details"], result["notes"]
     figures["snakemake_ok"] = proc.returncode == 0
     details["snakemake_ok"] = f"exit status {proc.returncode}"
@@ -181,4 +182,4 @@ def run_study(out: Path) -> dict:
             files.append(f"raw/{name}")
     return {"figures": figures, "details": details, "notes": notes, "files": files,
             "params": {"command": command[1:], "visible_gpus": visible, "cores": cores},
-            "data": {"too_big": too_big, "left_out": left_out_cells(lines)}}
+            "data": {"too_big": too_big, "left_out": left_out}}
