@@ -6,11 +6,13 @@ old or the complete new file.
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from jsonschema import ValidationError
 
@@ -39,7 +41,7 @@ PROBE_FIELDS = ("sync_step_s", "nosync_step_s", "allreduce_s", "grad_bytes", "sc
 
 CELL_COLUMNS = ("cell", *SPEC_KEYS, "status", "reason", *SUMMARY_FIELDS, "devices", "world_size", "env_device",
                 "global_batch", "epochs_done", "epochs_s", "overhead_s", "peak_mem_mb_max",
-                "peak_mem_mb_min", "baseline", "speedup", "efficiency", "stale", "record",
+                "peak_mem_mb_min", "other_load", "baseline", "speedup", "efficiency", "stale", "record",
                 "torch", "torch_provider", "torch_path", "cuda", "cudnn", "nccl", "python", "hostname", "cpu", "gpu_names", "driver",
                 "threads_per_process", "git_commit", "source_hash", "scheduler", "job_id", "rank_nodes",
                 *PROBE_FIELDS)
@@ -55,12 +57,43 @@ class RecordError(ValueError):
     """A record that cannot be read; the message names the file."""
 
 
+@functools.cache
+def quick_check():
+    """RECORD_SCHEMA compiled to Python by fastjsonschema (nbformat's dependency, so wherever the
+    report runs), or None without it. jsonschema walks the schema anew for every record, about 1 ms
+    each: a 3,000-cell study paid seconds for it. A record the quick check rejects goes on to
+    jsonschema, so only one it accepts matters: the keywords the schema uses (type, required,
+    properties, items, minimum, const, enum, additionalProperties) mean the same in draft 7, which
+    fastjsonschema implements, as in 2020-12 (booleans are not numbers in either)."""
+    try:
+        import fastjsonschema
+    except ImportError:
+        return None
+    return fastjsonschema.compile({k: v for k, v in record.RECORD_SCHEMA.items() if k != "$schema"})
+
+
+def read_record(path: str) -> dict[str, Any]:
+    """record.read, validated faster: a record the quick check passes is valid; any other is
+    validated by jsonschema as record.read does, which raises its ValidationError (same message)."""
+    with open(path) as f:
+        rec = json.load(f)
+    check = quick_check()
+    if check is not None:
+        try:
+            check(rec)
+            return rec
+        except Exception:  # noqa: BLE001 - jsonschema below decides, and words the error
+            pass
+    record.validate(rec)
+    return rec
+
+
 def read_records(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
     """(path, record) for every path, validated; an unreadable one raises RecordError naming it."""
     records, seen = [], {}
     for path in map(str, paths):
         try:
-            rec = record.read(path)
+            rec = read_record(path)
         except (OSError, json.JSONDecodeError, ValidationError) as e:
             detail = e.message if isinstance(e, ValidationError) else str(e)
             raise RecordError(f"{path}: not a valid record: {detail}") from None
@@ -91,6 +124,13 @@ def rank_nodes(env: dict[str, Any]) -> str | None:
     return "; ".join(dict.fromkeys(filter(None, nodes))) or None
 
 
+def other_load(epochs: list[dict[str, Any]]) -> float | None:
+    """Cores the rest of the machine used while the cell trained, mean over its epochs (records
+    made before dpstudy.monitor.HostLoad have none)."""
+    loads = [e["other_load"] for e in epochs if e.get("other_load") is not None]
+    return sum(loads) / len(loads) if loads else None
+
+
 def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[str, Any]:
     epochs, summary, env = rec["epochs"], rec["summary"], rec["env"]
     code = env.get("code_version") or {}
@@ -102,6 +142,7 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
         "epochs_done": len(epochs), "epochs_s": epochs_s,
         "overhead_s": total_s - epochs_s if total_s is not None and epochs_s is not None else None,
         "peak_mem_mb_max": max(last_peaks, default=None), "peak_mem_mb_min": min(last_peaks, default=None),
+        "other_load": other_load(epochs),
         "stale": code.get("source_hash") != current_hash, "record": path,
         **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
         "gpu_names": "; ".join(env.get("gpus") or []) or None,
@@ -112,33 +153,69 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
     }
 
 
+def baseline_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The finished single-device cells (mode single on one device of one node): the only cells
+    a baseline is taken from, for the tables, the intervals and the scaling model alike."""
+    return cells[(cells["status"] == "ok") & (cells["mode"] == "single") & (cells["devices"] == 1)
+                 & cells["samples_per_s"].notna()]
+
+
+def baseline_key(values: Iterable) -> tuple:
+    """BASELINE_KEYS values as a dict key: a missing value (None, NaN, NA) is None, so that it
+    matches a missing one; 64 and 64.0 (and True and 1) match as pandas' == matches them."""
+    return tuple(None if pd.isna(v) else v for v in values)
+
+
+class Baselines:
+    """The single-device cells indexed by BASELINE_KEYS, so that the baseline of each of thousands
+    of rows is a dict lookup (comparing every key column per row cost a minute at 3,000 cells).
+    Build it once per frame of baseline_cells and ask `of(row)` for each row."""
+
+    def __init__(self, singles: pd.DataFrame):
+        self.singles = singles
+        self.positions: dict[tuple, list[int]] = {}
+        for position, values in enumerate(zip(*(singles[k].tolist() for k in BASELINE_KEYS))):
+            self.positions.setdefault(baseline_key(values), []).append(position)
+        self.taken: dict[tuple, pd.DataFrame] = {}
+
+    def of(self, row) -> pd.DataFrame:
+        """The rows that are `row`'s baseline: equal on every BASELINE_KEYS, a missing value
+        matching a missing one (with_speedup's rule, for one row at a time)."""
+        key = baseline_key(row[k] for k in BASELINE_KEYS)
+        if key not in self.taken:
+            self.taken[key] = self.singles.iloc[self.positions.get(key, [])]
+        # a copy of its own for every caller; under copy-on-write (pandas 3) a shallow one costs nothing
+        return self.taken[key].copy(deep=not copy_on_write())
+
+
 def same_baseline(singles: pd.DataFrame, row) -> pd.DataFrame:
-    """The rows of `singles` that are `row`'s baseline: equal on every BASELINE_KEYS, a missing
-    value matching a missing one (with_speedup's rule, for one row at a time)."""
-    mask = pd.Series(True, index=singles.index)
-    for key in BASELINE_KEYS:
-        mask &= singles[key].isna() if pd.isna(row[key]) else (singles[key] == row[key]).fillna(False).astype(bool)
-    return singles[mask]
+    """`row`'s baseline among `singles`, for a single question (many: build Baselines once)."""
+    return Baselines(singles).of(row)
+
+
+def copy_on_write() -> bool:
+    return int(pd.__version__.split(".")[0]) >= 3 or pd.get_option("mode.copy_on_write") is True
 
 
 def with_speedup(cells: pd.DataFrame) -> pd.DataFrame:
     """Add baseline, speedup and efficiency against the matching single-device cell.
 
-    The baseline of a cell is the set of ok `single` g1 cells whose every spec key equals the
+    The baseline of a cell is the set of baseline_cells whose every spec key equals the
     cell's, except mode, gpus, nodes, backend, data_root, repeat, batch_scope and lr_scaling (the
     last two are no-ops on one device), and which ran on the same kind of device. Both batch scopes
     therefore compare at equal `batch`: under per_device the baseline has the cell's per-device
-    batch, under global the cell's global batch. Repeats of the baseline are averaged; `baseline`
-    names the first of them. speedup = samples_per_s / baseline samples_per_s, efficiency =
+    batch, under global the cell's global batch. `baseline` names the first repeat of the
+    baseline. speedup = this repeat's samples_per_s / the geometric mean of the baseline's repeats
+    (the baseline throughput of the setting's speedup in dpstudy.stats), efficiency =
     speedup / devices (gpus x nodes); both stay empty when the cell did not finish or has no baseline.
     """
     keys = list(BASELINE_KEYS)
-    singles = cells[(cells["status"] == "ok") & (cells["mode"] == "single") & (cells["gpus"] == 1)
-                    & cells["samples_per_s"].notna()]
+    singles = baseline_cells(cells).assign(log_samples_per_s=lambda t: np.log(t["samples_per_s"]))
     base = (singles.sort_values(["repeat", "cell"])
             .groupby(keys, dropna=False, sort=False)
-            .agg(baseline=("cell", "first"), baseline_samples_per_s=("samples_per_s", "mean"))
+            .agg(baseline=("cell", "first"), baseline_log=("log_samples_per_s", "mean"))
             .reset_index())
+    base["baseline_samples_per_s"] = np.exp(base.pop("baseline_log"))
     out = cells.drop(columns=["baseline", "speedup", "efficiency"], errors="ignore")
     out = out.merge(base, on=keys, how="left")
     finished = out["status"] == "ok"
@@ -150,7 +227,7 @@ def with_speedup(cells: pd.DataFrame) -> pd.DataFrame:
 def cells_table(records: list[tuple[str, dict]], current_hash: str | None) -> pd.DataFrame:
     rows = [cell_row(path, rec, current_hash) for path, rec in records]
     cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
-    cells = cells.astype({"samples_per_s": float, "gpus": "Int64", "nodes": "Int64", "devices": "Int64",
+    cells = cells.astype({"samples_per_s": float, "other_load": float, "gpus": "Int64", "nodes": "Int64", "devices": "Int64",
                           "repeat": "Int64", **{k: float for k in PROBE_FIELDS}})
     return with_speedup(cells)[list(CELL_COLUMNS)].sort_values("cell", ignore_index=True)
 

@@ -5,6 +5,7 @@ import resource
 import threading
 import time
 
+import psutil
 import torch
 
 
@@ -76,3 +77,40 @@ class UtilSampler:
         # than the interval still has its number.
         self._sample()
         return self.samples
+
+
+class HostLoad:
+    """How much CPU the rest of the machine used while a window of training ran.
+
+    On a shared CPU host, other processes (and a hypervisor's steal time on a VM) are the largest
+    source of run-to-run noise: a rank that loses its core for a while loses throughput. A mark
+    holds the machine's busy + steal time and this process's own CPU time (its DataLoader workers
+    included); two marks give both as cores over the window, so a run measured on a busy machine
+    can be told from a quiet one.
+    """
+
+    def __init__(self):
+        self.process = psutil.Process()
+
+    def mark(self) -> tuple[float, float, float]:
+        """(monotonic seconds, machine busy + steal CPU seconds, own CPU seconds)."""
+        t = psutil.cpu_times()
+        busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+        busy += getattr(t, "steal", 0.0)
+        return time.monotonic(), busy, self.own_cpu()
+
+    def own_cpu(self) -> float:
+        total = 0.0
+        for proc in (self.process, *self.process.children(recursive=True)):
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:  # a worker that just exited
+                continue
+            total += times.user + times.system
+        return total
+
+    @staticmethod
+    def cores(start: tuple[float, float, float], end: tuple[float, float, float]) -> tuple[float, float]:
+        """(machine's busy cores, this process's cores) over the window between two marks."""
+        wall = max(end[0] - start[0], 1e-9)
+        return (end[1] - start[1]) / wall, (end[2] - start[2]) / wall

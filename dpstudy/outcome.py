@@ -36,6 +36,17 @@ def summarise(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}{where}"
 
 
+def steady_throughput(epochs: list[dict]) -> float:
+    """Samples per second over the steady window: every step after the run's warm-up steps, in
+    whichever epoch (dpstudy.train). A run too short to leave the warm-up falls back to the
+    epochs after the first, or the only one."""
+    samples, seconds = sum(e.get("steady_samples", 0) for e in epochs), sum(e.get("steady_s", 0.0) for e in epochs)
+    if samples > 0 and seconds > 0:
+        return samples / seconds
+    steady = epochs[1:] or epochs
+    return sum(e["samples"] for e in steady) / sum(e["wall_s"] for e in steady)
+
+
 class Outcome:
     def __init__(self, out_dir: str | Path, cell: str, spec: dict, t0: float):
         self.out_dir = Path(out_dir)
@@ -69,7 +80,7 @@ class Outcome:
         if self.epochs:
             steady = self.epochs[1:] or self.epochs  # epoch 1 is warm-up
             summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
-            summary["samples_per_s"] = sum(e["samples"] for e in steady) / sum(e["wall_s"] for e in steady)
+            summary["samples_per_s"] = steady_throughput(self.epochs)
             summary["final_test_acc"] = self.epochs[-1]["test_acc"]
         return record.make(self.cell, status, reason, self.spec, self.env, self.epochs, summary, self.util,
                            self.probe)

@@ -20,6 +20,8 @@ TRAINING_SOURCES = (
     "dpstudy/download.py",
     "dpstudy/loaders.py",
     "dpstudy/models",
+    "dpstudy/monitor.py",  # peak memory and other processes' load, per epoch
+    "dpstudy/outcome.py",  # the summary's throughput (steady window), epoch time and accuracy
     "dpstudy/parallel.py",
     "dpstudy/probe.py",
     "dpstudy/spec.py",

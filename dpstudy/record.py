@@ -33,11 +33,18 @@ EPOCH_FIELDS = {
     "samples_per_s": _number,
     "peak_mem_mb": {"type": "array", "items": _number},  # one per rank (DP: per device)
 }
+# The epoch's steady window (training steps after the run's first `warmup_steps`); optional, as
+# records made before it existed have none.
+STEADY_FIELDS = {
+    "steady_s": _number,  # wall time of the epoch's steady steps (0 while still warming up)
+    "steady_samples": {"type": "integer"},  # their samples, all ranks together
+    "other_load": _number,  # cores the rest of the machine used during the epoch (dpstudy.monitor.HostLoad)
+}
 
 SUMMARY_FIELDS = {
     "final_test_acc": _maybe_number,
     "median_epoch_s": _maybe_number,  # epochs >= 2 when there are several
-    "samples_per_s": _maybe_number,
+    "samples_per_s": _maybe_number,  # over the steady window (see outcome.steady_throughput)
     "startup_s": _maybe_number,  # process start to the first epoch
     "total_s": _maybe_number,  # process start to the record
 }
@@ -58,7 +65,7 @@ RECORD_SCHEMA = {
         },
         "epochs": {
             "type": "array",
-            "items": {"type": "object", "required": list(EPOCH_FIELDS), "properties": EPOCH_FIELDS},
+            "items": {"type": "object", "required": list(EPOCH_FIELDS), "properties": {**EPOCH_FIELDS, **STEADY_FIELDS}},
         },
         "summary": {"type": "object", "required": list(SUMMARY_FIELDS), "properties": SUMMARY_FIELDS},
         "util": {"type": ["object", "null"]},

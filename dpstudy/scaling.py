@@ -27,14 +27,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from dpstudy.collect import SETTING_KEYS, same_baseline
+from dpstudy import stats
+from dpstudy.collect import SETTING_KEYS, Baselines, baseline_cells
+
 LOSSES = {"loss_data_s": "waiting for data", "loss_sync_s": "gradient all-reduce the backward did not hide",
           "loss_dp_s": "DP scatter/replicate/gather",
           "loss_compute_s": "per-device compute (it does not shrink n-fold: smaller steps, shared cores)",
           "loss_other_s": "everything else (optimizer steps, synchronisation, start of each step)"}
 COLUMNS = ("cell", *SETTING_KEYS, "n", "steps", "measured_s", "ideal_s", "compute_s", "data_wait_s", "allreduce_s",
            "allreduce_source", "overlap", "dp_s", "predicted_s", "measured_speedup", "predicted_speedup",
-           *LOSSES, "largest")
+           *LOSSES, "base_sd_s", "largest")
 
 
 def epoch_medians(epochs: pd.DataFrame) -> pd.DataFrame:
@@ -105,22 +107,37 @@ def model(cells: pd.DataFrame, epochs: pd.DataFrame, comm: pd.DataFrame | None =
     parts = epoch_medians(epochs)
     ok = cells[cells["status"] == "ok"]
     multi = ok[(ok["devices"] > 1) & ok["cell"].isin(parts.index)]
-    singles = ok[(ok["mode"] == "single") & (ok["devices"] == 1) & ok["cell"].isin(parts.index)].join(parts, on="cell")
+    singles = baseline_cells(cells)
+    baselines = Baselines(singles[singles["cell"].isin(parts.index)].join(parts, on="cell"))
     rows = []
     for _, cell in multi.iterrows():
-        base = same_baseline(singles, cell)
+        base = baselines.of(cell)
         if not base.empty:
             parts_of_base = base[["wall_s", "compute_s", "data_wait_s", "samples"]].median()
-            rows.append(model_cell(cell, parts.loc[cell["cell"]], parts_of_base, comm))
+            row = model_cell(cell, parts.loc[cell["cell"]], parts_of_base, comm)
+            row["base_sd_s"] = base["wall_s"].std(ddof=1)  # NaN for one baseline run
+            rows.append(row)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def by_setting(table: pd.DataFrame) -> pd.DataFrame:
-    """Repeats of a setting folded into medians; `largest` recomputed from the median losses."""
+def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
+    """Repeats of a setting folded into medians, `largest` recomputed from the median losses.
+
+    The measured speedup is THE setting's speedup with its interval, from the settings table
+    (dpstudy.stats), not a median of the repeats' ratios. `noise_s` is how much the measured epoch
+    varies between repeats (standard deviation, the baseline's share added in quadrature): a loss
+    smaller than that, negative ones included, is measurement noise."""
     if table.empty:
-        return table
+        return table.assign(measured_speedup_low=[], measured_speedup_high=[], noise_s=[])
     numeric = [c for c in COLUMNS if c not in ("cell", "allreduce_source", "largest", *SETTING_KEYS)]
     grouped = table.groupby(SETTING_KEYS, dropna=False, sort=True)
-    out = grouped[numeric].median().join(grouped["allreduce_source"].first()).reset_index()
+    out = grouped[numeric].median().join(grouped["allreduce_source"].first())
+    spread = grouped["measured_s"].std(ddof=1).rename("cell_sd")
+    out = out.join(spread).reset_index()
+    base_share = out["base_sd_s"] / out["n"]
+    out["noise_s"] = np.sqrt(out["cell_sd"].fillna(0) ** 2 + base_share.fillna(0) ** 2).where(
+        out["cell_sd"].notna() | base_share.notna())
+    quoted = stats.speedups(settings).rename(columns=lambda c: "measured_" + c)
+    out = out.drop(columns=["measured_speedup", "cell_sd"]).join(quoted, on=SETTING_KEYS)
     out["largest"] = out[list(LOSSES)].fillna(-math.inf).idxmax(axis=1).map(LOSSES)
     return out

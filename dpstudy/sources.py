@@ -11,13 +11,16 @@ import pandas as pd
 import yaml
 
 from dpstudy import stats
-from dpstudy.readable import markdown_table, significant
+from dpstudy.readable import markdown_table, significant, text
 
 SOURCES_FILE = Path(__file__).with_name("sources.yaml")
 # metric -> (cells.csv column, scale to the source's unit, unit)
 METRICS = {"epoch_s": ("median_epoch_s", 1.0, "s"), "total_s": ("epochs_s", 1.0, "s"),
            "test_acc": ("final_test_acc", 100.0, "%"), "mem_mb": ("peak_mem_mb_max", 1.0, "MB")}
 FINDINGS = ("b_lower", "b_higher", "similar")
+# Time metrics: "is b faster than a" is answered with b's speedup over a, the throughput ratio of
+# dpstudy.stats (the number the rest of the report quotes when a is b's single-device baseline).
+TIMES = ("epoch_s", "total_s")
 
 
 @functools.cache
@@ -47,8 +50,9 @@ def our_side(cells: pd.DataFrame, side: dict[str, Any], metric: str) -> dict[str
         found = matching(cells, want)
         ok = found[found["status"] == "ok"]
         if not ok.empty:
-            value = stats.bootstrap(ok[column] * scale)
-            return {"value": value, "want": want, "repeats": len(ok)}
+            value = stats.mean_interval(ok[column] * scale, log=metric in TIMES)
+            return {"value": value, "want": want, "repeats": len(ok), "values": (ok[column] * scale).tolist(),
+                    "speeds": ok["samples_per_s"].tolist()}
         tried.append(found)
     found = pd.concat(tried)
     if found.empty:
@@ -57,8 +61,10 @@ def our_side(cells: pd.DataFrame, side: dict[str, Any], metric: str) -> dict[str
     return {"missing": "cannot run here: " + "; ".join(reasons)}
 
 
-def verdict(finding: str, a: dict, b: dict, tolerance: float | None, names: tuple[str, str] = ("a", "b")) -> str:
-    """Does their finding hold for our a and b? `names` label the ratio b/a it quotes."""
+def verdict(finding: str, a: dict, b: dict, tolerance: float | None, names: tuple[str, str] = ("a", "b"),
+            metric: str = "") -> str:
+    """Does their finding hold for our a and b? For a time, the ratio quoted is b's speedup over a
+    (throughput b / a, with its interval); otherwise the ratio b / a of the metric."""
     if "missing" in a or "missing" in b:
         return "cannot tell: " + (a.get("missing") or b.get("missing"))
     (pa, *_), (pb, *_) = a["value"], b["value"]
@@ -66,14 +72,19 @@ def verdict(finding: str, a: dict, b: dict, tolerance: float | None, names: tupl
         holds = abs(pb - pa) <= tolerance
         return f"{'yes' if holds else 'no'}: {significant(abs(pb - pa))} apart (their tolerance {tolerance})"
     want = -1 if finding == "b_lower" else 1
-    side = stats.compare(b["value"], a["value"])
-    ratio = f"{names[1]} / {names[0]} = {significant(pb / pa)}x" if pa else ""
+    if metric in TIMES:  # lower time = higher throughput: compare speeds, quote the speedup
+        value, want = stats.ratio(b["speeds"], a["speeds"]), -want
+        quoted = f"{names[1]} runs at {stats.interval_text(value, unit='x')} the throughput of {names[0]}"
+    else:
+        value = stats.ratio(b["values"], a["values"])
+        quoted = f"{names[1]} / {names[0]} = {stats.interval_text(value, significant, 'x')}"
+    side = stats.versus(value, 1.0)
+    if not stats.has_interval(value[1], value[2]):
+        side = (value[0] > 1) - (value[0] < 1)
+        return f"{'yes' if side == want else 'no'} ({quoted}; too few runs for an interval)"
     if side == 0:
-        if stats.has_interval(*a["value"][1:]) and stats.has_interval(*b["value"][1:]):
-            return f"within noise ({ratio})"
-        side = (pb > pa) - (pb < pa)
-        return f"{'yes' if side == want else 'no'} ({ratio}; one run: no interval)"
-    return f"{'yes' if side == want else 'no, the opposite'} ({ratio}, beyond noise)"
+        return f"within noise ({quoted})"
+    return f"{'yes' if side == want else 'no, the opposite'} ({quoted}, beyond noise)"
 
 
 def label(side: dict, ours: dict) -> str:
@@ -96,8 +107,8 @@ def side_by_side(study: str, cells: pd.DataFrame, stand_in: bool = False) -> str
     source = sources().get(study)
     if source is None:
         return None
-    head = (f"Source {source['source']} ran on {source['hardware']}; this study ran on "
-            f"{', '.join(sorted(cells['env_device'].dropna().unique())) or 'no device'}"
+    head = (f"Source {text(source['source'])} ran on {text(source['hardware'])}; this study ran on "
+            f"{', '.join(text(d) for d in sorted(cells['env_device'].dropna().unique())) or 'no device'}"
             + (" with generated stand-ins for the datasets (config `stand_in`)" if stand_in else "") + ".")
     if not source["comparisons"]:
         return head + " The source publishes no figure to compare with."
@@ -109,7 +120,7 @@ def side_by_side(study: str, cells: pd.DataFrame, stand_in: bool = False) -> str
                      "theirs": f"{c['a']['label']}: {c['a']['theirs']:g} {unit}; {c['b']['label']}: {c['b']['theirs']:g} {unit}",
                      "ours": f"{ours_text(c['a'], a, unit)}; {ours_text(c['b'], b, unit)}",
                      "their finding": c["says"], "holds here?": verdict(c["finding"], a, b, c.get("tolerance"),
-                                                                     (c["a"]["label"], c["b"]["label"]))})
+                                                                     (c["a"]["label"], c["b"]["label"]), c["metric"])})
     return head + "\n\n" + markdown_table(pd.DataFrame(rows)) + (
         "\n\nTimes are not comparable across hardware or data: the question is whether the source's finding, "
         "a relation between two of its cells, holds between the same two cells here.")

@@ -5,6 +5,7 @@ import copy
 import json
 import itertools
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from dpstudy import schema, spec as specs
@@ -162,6 +163,15 @@ def expand(study: dict[str, Any]) -> list[Cell]:
                     f"sweeps {seen.sweep!r} and {cell.sweep!r} both define cell {cell.id} with different "
                     f"{', '.join(differing)}; vary those keys in a grid or give the sweeps distinct grids")
     return list(cells.values())
+
+
+def run_priorities(cells: Iterable[Cell]) -> dict[str, int]:
+    """Snakemake priorities (higher runs first) that interleave the repeats: every setting's repeat 0,
+    then every setting's repeat 1, and so on, each round in sweep order. A slow drift of the machine
+    (another job, a thermal or frequency change) then touches every setting alike instead of all the
+    repeats of the one that happened to run at the time."""
+    order = sorted(cells, key=lambda c: c.spec["repeat"])  # stable: sweep order within a round
+    return {cell.id: len(order) - i for i, cell in enumerate(order)}
 
 
 def write_yaml(study: dict[str, Any], path: str) -> None:

@@ -13,9 +13,9 @@ from dpstudy import data, models, probe, spec as specs
 from dpstudy.envinfo import environment, rank_host
 from dpstudy.ext.loader import check_kernels
 from dpstudy.loaders import make_loader
-from dpstudy.monitor import UtilSampler, peak_memory_mb, reset_peaks
+from dpstudy.monitor import HostLoad, UtilSampler, peak_memory_mb, reset_peaks
 from dpstudy.outcome import Outcome
-from dpstudy.parallel import Parallel, Skip, plan, resolve_device, threads_per_process
+from dpstudy.parallel import Parallel, Skip, pin_to_cores, plan, resolve_device, threads_per_process
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -34,6 +34,10 @@ class Trainer:
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])
         self.scaler = torch.amp.GradScaler(par.device.type, enabled=spec["precision"] == "fp16")
         self.fault = injected_fault(par.rank)
+        # The steady window: every training step after the first `warmup_steps` of the run
+        # (allocator, caches, lazy initialisation), whichever epoch they fall in.
+        self.warmup_steps, self.steps_done = spec["warmup_steps"], 0
+        self.host = HostLoad()
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -57,7 +61,9 @@ class Trainer:
         correct = torch.zeros((), dtype=torch.int64, device=self.par.device)
         data_wait, steps, samples = 0.0, 0, 0
         self.par.synchronize()
+        load_start = self.host.mark()
         start = time.perf_counter()
+        steady_start, steady_from = (start, 0) if self.steps_done >= self.warmup_steps else (None, 0)
         batches = iter(self.train_data)
         while True:
             before = time.perf_counter()
@@ -72,13 +78,25 @@ class Trainer:
             loss_sum += batch_loss  # device-side sums: no host sync inside the epoch
             correct += batch_correct
             samples += len(y)
+            self.steps_done += 1
+            if steady_start is None and self.steps_done == self.warmup_steps:
+                self.par.synchronize()  # the warm-up's last step has finished on the device
+                steady_start, steady_from = time.perf_counter(), samples
         self.par.synchronize()
-        wall = time.perf_counter() - start
-        totals = torch.stack([loss_sum, correct.double(), torch.tensor(float(samples), device=loss_sum.device)])
-        loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
+        end = time.perf_counter()
+        machine, own = HostLoad.cores(load_start, self.host.mark())
+        wall = end - start
+        steady_s = end - steady_start if steady_start is not None else 0.0
+        counts = [float(samples), float(samples - steady_from if steady_start is not None else 0),
+                  machine / self.par.local_world_size, own]  # summed over ranks: per node, then ours
+        totals = torch.tensor([0.0, 0.0, *counts], dtype=torch.float64, device=loss_sum.device)
+        totals[0], totals[1] = loss_sum, correct.double()
+        loss_sum, correct, samples, steady_samples, machine, own = self.par.all_reduce_sum(self.comm(totals)).tolist()
         return {"train_loss": loss_sum / samples, "train_acc": correct / samples, "wall_s": wall,
                 "data_wait_s": data_wait, "compute_s": wall - data_wait, "samples": int(samples),
-                "samples_per_s": samples / wall}
+                "samples_per_s": samples / wall, "steady_s": steady_s, "steady_samples": int(steady_samples),
+                # cores the rest of each node used meanwhile (other jobs, steal), averaged over nodes
+                "other_load": max(0.0, (machine - own) / self.spec["nodes"])}
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -189,13 +207,15 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
             print(f"[dpstudy] skipped: {skip}", flush=True)
             outcome.write("skipped", str(skip))
         return 0
-    threads = threads_per_process(cores, par.local_world_size) if par.device.type == "cpu" else torch.get_num_threads()
+    on_cpu = par.device.type == "cpu"
+    threads = threads_per_process(cores, par.local_world_size) if on_cpu else torch.get_num_threads()
+    pinned = pin_to_cores(par.local_rank, threads) if on_cpu else []  # before torch starts its threads
     torch.set_num_threads(threads)
     outcome.env = environment(par.world_size, par.device.type, threads, spec["nodes"])
     sampler = None
     try:
         par.start()
-        outcome.env["ranks"] = par.all_gather_objects(rank_host(par.rank, par.local_rank))
+        outcome.env["ranks"] = par.all_gather_objects({**rank_host(par.rank, par.local_rank), "cores": pinned})
         if par.world_size > 1:
             outcome.watch(par.rank)
         torch.manual_seed(effective_seed(spec))

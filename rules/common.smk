@@ -46,6 +46,8 @@ if _left_out:
         + ", ".join(c.id for c in _left_out)
     )
 CELLS = {cell.id: cell for cell in _kept}
+# Repeats interleaved across settings (dpstudy.study.run_priorities).
+PRIORITIES = studies.run_priorities(CELLS.values())
 RECORDS = [f"results/cells/{cell}/record.json" for cell in CELLS]
 DATA_ROOT = STUDY["data_root"]
 
@@ -74,6 +76,10 @@ def cell_ext(wildcards):
         if MODELS[cell_of(wildcards).spec["model"]].needs_ext
         else []
     )
+
+
+def cell_priority(wildcards):
+    return PRIORITIES[wildcards.cell]
 
 
 def cell_resources(wildcards):

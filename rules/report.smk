@@ -50,7 +50,13 @@ rule collect:
 rule figures:
     input:
         tables=TABLES,
-        code=["dpstudy/plots.py", "dpstudy/scaling.py", "scripts/figures.py"],
+        code=[
+            "dpstudy/plots.py",
+            "dpstudy/scaling.py",
+            "dpstudy/stats.py",
+            "dpstudy/overview.py",
+            "scripts/figures.py",
+        ],
     output:
         [
             report(path, category="Figures", caption="../notebooks/figure_caption.rst")
@@ -95,6 +101,7 @@ rule report:
         code=[
             "dpstudy/findings.py",
             "dpstudy/inventory.py",
+            "dpstudy/overview.py",
             "dpstudy/readable.py",
             "dpstudy/sources.py",
             "dpstudy/sources.yaml",

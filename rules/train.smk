@@ -16,6 +16,7 @@ rule train:
     conda:
         "../envs/train.yaml"
     threads: cell_threads
+    priority: cell_priority
     resources:
         # Computed per cell by dpstudy.resources; None leaves a resource unset.
         gpu=cell_resource("gpu"),

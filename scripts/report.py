@@ -4,7 +4,7 @@
         --study NAME --config PATH --tables results/tables --figures results/figures --bench results/bench
 
 Writes OUT_DIR/report.ipynb (executed) and OUT_DIR/report.html (code hidden, figures embedded
-as data URIs); each appears complete or not at all.
+as data URIs, markdown's HTML sanitised); each appears complete or not at all.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+import bleach
 import nbformat
 import papermill
 from nbconvert import HTMLExporter
@@ -36,10 +37,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 TEMPLATES = Path(__file__).resolve().parent.parent / "notebooks" / "templates"
 
 
+# What the report's markdown renders to (headings, paragraphs, lists, tables, emphasis, code, the
+# highlighted YAML). nbconvert's own clean_html lacks headings, paragraphs and table heads.
+TAGS = frozenset({*bleach.ALLOWED_TAGS, "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "div", "span", "pre",
+                  "del", "table", "thead", "tbody", "tr", "th", "td"})
+ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["class", "id"]}
+
+
+def clean_html(element: str | bytes) -> str:
+    """Defence in depth behind dpstudy.readable.text(): in markdown's HTML, a tag the report does not
+    make (<img onerror>, <script>) is shown as text, an attribute it does not use (onclick, style) is
+    dropped, and a link goes only to http(s), mailto or within the page."""
+    element = element.decode() if isinstance(element, bytes) else str(element)
+    return bleach.clean(element, tags=TAGS, attributes=ATTRIBUTES)
+
+
 def html(notebook: nbformat.NotebookNode, title: str) -> str:
-    """Code hidden, figures embedded, and no script from a CDN: the page works offline."""
+    """Code hidden, figures embedded, and no script from a CDN: the page works offline. Markdown and
+    HTML outputs are sanitised; the figures are PNG outputs, embedded as they are."""
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
-                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+                            sanitize_html=True, filters={"clean_html": clean_html})
     body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
     return body
 

@@ -127,3 +127,24 @@ def write_records(directory: str | Path, records: list[dict[str, Any]]) -> list[
         record.write(path, rec)
         paths.append(path)
     return paths
+
+
+def render_report(root: Path, records: list[dict[str, Any]], study: str, config_text: str | None = None) -> Path:
+    """Records -> tables -> scripts/report.py (papermill, a real kernel) under `root`, without
+    figures or benchmarks (their sections say so); returns report.html."""
+    import subprocess
+    import sys
+
+    from dpstudy import collect
+
+    tables = collect.summarise(collect.collect(write_records(root, records), CURRENT))
+    collect.write_tables(tables, root / "tables")
+    for folder in ("figures", "bench"):
+        (root / folder).mkdir()
+    (root / "study.yaml").write_text(config_text or f"study: {study}\n")
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, str(repo / "scripts" / "report.py"), "--notebook",
+                    str(repo / "notebooks" / "report.ipynb"), "--out-dir", "report", "--study", study,
+                    "--config", "study.yaml", "--tables", "tables", "--figures", "figures", "--bench", "bench"],
+                   cwd=root, check=True, capture_output=True)
+    return root / "report" / "report.html"

@@ -64,23 +64,26 @@ def test_environment_names_versions_and_hardware(tmp_path):
 def test_one_run_gives_numbers_and_no_claim(grid):
     text = findings.speedup(grid)
     assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.50x one device's throughput, 75 % efficiency "
-            "(one run: no interval, no claim).") in text
+            "(1 vs 1 runs: too few for an interval; noise n/a / n/a).") in text
     assert "batch 256: 1.70x one device's throughput, 85 % efficiency" in text
     assert "Of 2 multi-device settings: no interval to decide on" in text
 
 
 def test_repeats_claim_only_beyond_their_interval(repeats):
     text = findings.speedup(repeats)
-    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.50x [1.27-1.68] one device's throughput, "
-            "75 % [64-84] efficiency (3 runs): **faster than one device**.") in text
-    assert "batch 128: 0.98x [0.86-1.20] one device's throughput" in text and "**within noise of one device**" in text
-    assert "Of 2 multi-device settings: 1 faster than one device, 1 within noise of one device" in text
+    # Welch's t on log throughput (tests/test_stats.py checks the method), geometric means 1496 / 1013
+    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.48x [1.26-1.73] one device's throughput, "
+            "74 % [63-87] efficiency (3 vs 3 runs; noise 7 % / 8 %): **faster than one device**.") in text
+    # 15 % noise against a 0 % effect: flagged, not claimed
+    assert ("batch 128: 1.00x [0.71-1.42] one device's throughput, 50 % [35-71] efficiency (3 vs 3 runs; noise 15 % "
+            "/ 2 %): **noisier than its effect**: the noise (15 %) is larger than the effect (0 %)") in text
+    assert "Of 2 multi-device settings: 1 faster than one device, 1 noisier than its effect" in text
 
 
 def test_slower_and_not_measured(tmp_path):
     slower = tables_of(tmp_path / "a", [*repeated("single", [1000.0, 1010.0, 990.0]),
                                         *repeated("ddp", [600.0, 610.0, 590.0], gpus=2, backend="gloo")])
-    assert "0.60x [0.58-0.62] one device's throughput" in findings.speedup(slower)
+    assert "0.60x [0.58-0.62] one device's throughput, 30 % [29-31] efficiency" in findings.speedup(slower)
     assert "**slower than one device**" in findings.speedup(slower)
     alone = tables_of(tmp_path / "b", [make_record(mode="single"),
                                        make_record("skipped", mode="dp", gpus=2, reason=DP_REASON)])
@@ -111,8 +114,8 @@ def test_the_model_names_the_largest_loss(tmp_path):
             "Largest loss: **gradient all-reduce the backward did not hide** (0.940 s of a 4.00 s epoch whose ideal "
             "is 3.00 s).") in text
     # 4.00 s = 3.00 ideal + 0.14 data + 0.94 all-reduce + 0.35 per-device compute - 0.43 rest
-    assert ("| synthetic/lenet, DDP (gloo) on 2 devices, batch 64 | 1.50x | 1.47x | 4.00 (3.00) | 0.140 | 0.940 (0.940) "
-            "| 50 % | n/a | 0.350 | -0.430 |") in text
+    assert ("| synthetic/lenet, DDP (gloo) on 2 devices at batch 64 | 1.50x | 1.47x | 4.00 (3.00) | n/a | 0.140 | "
+            "0.940 (0.940) | 50 % | n/a | 0.350 | -0.430 (noise unknown: one run) |") in text
     assert "All-reduce times from: probe" in text
     assert findings.why_not_n(tables_of(tmp_path / "none", [make_record(mode="single")])).startswith(
         "*Not measured in this study:*")
@@ -124,7 +127,8 @@ def test_accuracy_gap_between_modes(grid, repeats):
                            "(largest gap: synthetic/lenet at batch 256, one device 88.0 % vs DDP (gloo) on 2 devices 87.2 %).")
     assert "- synthetic/lenet at batch 64: DDP (gloo) on 2 devices 89.5 %, one device 90.0 %: one run each: no claim." in text
     text = findings.accuracy(repeats)
-    assert "at batch 64: DDP (gloo) on 2 devices 90.0 % [89.5-91.0], one device 90.5 % [90.0-91.0]: within noise." in text
+    # t-intervals on the mean: 90.2 % +- 4.30 x 0.76 / sqrt(3), 90.5 % +- 4.30 x 0.5 / sqrt(3)
+    assert "at batch 64: DDP (gloo) on 2 devices 90.2 % [88.3-92.1], one device 90.5 % [89.3-91.7]: within noise." in text
     assert "; within noise)." in text.splitlines()[0]
 
 
@@ -271,3 +275,35 @@ def test_template_is_stripped_and_parameterised():
     assert len(tagged) == 1
     source = "".join(tagged[0]["source"])
     assert all(f"{name} =" in source for name in ("study", "config_path", "tables_dir", "figures_dir", "bench_dir"))
+
+
+# ---- a study's real size: every varied key named, long lists summarised -------------------------
+
+@pytest.fixture(scope="module")
+def many_lrs(tmp_path_factory) -> dict[str, pd.DataFrame]:
+    """15 learning rates x (one device, DDP on 2), 2 repeats each: settings that differ only in lr."""
+    records = []
+    for i in range(15):
+        lr = round(0.001 * (i + 1), 3)
+        records += repeated("single", [1000.0, 1010.0], lr=lr)
+        records += repeated("ddp", [1000.0 + 100 * i, 1020.0 + 100 * i], gpus=2, backend="gloo", lr=lr)
+    return tables_of(tmp_path_factory.mktemp("many"), [dict(r, cell=f"{r['cell']}-lr{r['spec']['lr']}") for r in records])
+
+
+def test_sentences_name_every_key_the_study_varies(many_lrs):
+    text = findings.speedup(many_lrs)
+    # lr varies, so it is named; 15 settings are more than a list: the best and worst six
+    # sqrt(2400 x 2420) / sqrt(1000 x 1010)
+    assert "synthetic/lenet, DDP (gloo) on 2 devices at batch 64, lr 0.015: 2.40x [2.33-2.47]" in text
+    assert "synthetic/lenet, DDP (gloo) on 2 devices at batch 64, lr 0.001: 1.00x" in text
+    bullets = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(bullets) == 12 and len(set(bullets)) == 12
+    assert "The other 3 settings: in the overview above and in `results/tables/settings.csv`." in text
+    model = findings.accuracy(many_lrs)
+    assert "at batch 64, lr 0.001:" in model and "... 3 more groups" in model
+
+
+def test_cell_listing_is_capped_with_a_pointer_to_the_csv(many_lrs):
+    listing = inventory.cell_listing(many_lrs["cells"])
+    assert listing.count("\n| `synthetic-lenet") == 40
+    assert "... and 20 more finished cells: `results/tables/cells.csv` has every cell." in listing

@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from dpstudy import collect, scaling
+from dpstudy import collect, scaling, stats
 from records import CURRENT, make_record, write_records
 
 PROBE = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
@@ -67,5 +67,10 @@ def test_repeats_fold_into_medians(tmp_path):
     records += [make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s,
                             suffix=f"-r{s}") for s, tput in enumerate((1400.0, 1500.0, 1900.0))]
     tables = collect.collect(write_records(tmp_path, records), CURRENT)
-    per_setting = scaling.by_setting(scaling.model(tables["cells"], tables["epochs"], COMM))
-    assert per_setting["measured_speedup"].tolist() == pytest.approx([1.5])
+    settings = stats.settings_table(tables["cells"])
+    per_setting = scaling.by_setting(scaling.model(tables["cells"], tables["epochs"], COMM), settings)
+    # THE speedup of the setting (ratio of geometric means, 1574 / 1000), not the median ratio 1.5
+    expected = stats.ratio([1400.0, 1500.0, 1900.0], [1000.0] * 3)
+    assert per_setting["measured_speedup"].tolist() == pytest.approx([expected[0]])
+    assert per_setting["measured_speedup_low"].tolist() == pytest.approx([expected[1]])
+    assert expected[0] == pytest.approx((1400 * 1500 * 1900) ** (1 / 3) / 1000)

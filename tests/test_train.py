@@ -53,6 +53,15 @@ def test_single_cell_writes_a_complete_record(data_root, tmp_path):
     assert len(last["peak_mem_mb"]) == 1 and last["peak_mem_mb"][0] > 50
     summary = rec["summary"]
     assert summary["median_epoch_s"] == last["wall_s"]  # epoch 1 is warm-up
+    # The steady window: every step after the first warmup_steps (10 x 64 samples), in any epoch.
+    assert rec["spec"]["warmup_steps"] == 10
+    assert first["steady_samples"] == 4000 - 10 * 64 and 0 < first["steady_s"] < first["wall_s"]
+    assert last["steady_samples"] == 4000 and last["steady_s"] == pytest.approx(last["wall_s"])
+    assert summary["samples_per_s"] == pytest.approx((3360 + 4000) / (first["steady_s"] + last["steady_s"]))
+    assert all(0 <= e["other_load"] <= os.cpu_count() for e in rec["epochs"])
+    # pinned to the cores it was given (--cores 2: two threads), within what it may use
+    allowed = sorted(os.sched_getaffinity(0))
+    assert rec["env"]["ranks"][0]["cores"] == (allowed[:2] if len(allowed) >= 2 else [])
     assert 0 < summary["startup_s"] < summary["total_s"]
     assert summary["final_test_acc"] == last["test_acc"]
     assert proc.stdout.count("epoch ") == 2 and "test_acc" in proc.stdout
@@ -79,6 +88,8 @@ def test_ddp_over_gloo_matches_single_device(data_root, tmp_path):
     assert b["status"] == "ok" and b["env"]["world_size"] == 2 and b["env"]["threads_per_process"] == 1
     assert b["epochs"][-1]["samples"] == 4000  # both ranks' samples, all-reduced
     assert len(b["epochs"][-1]["peak_mem_mb"]) == 2
+    cores = [r["cores"] for r in b["env"]["ranks"]]  # one core each, not shared
+    assert cores == [[c] for c in sorted(os.sched_getaffinity(0))[:2]]
     assert abs(a["summary"]["final_test_acc"] - b["summary"]["final_test_acc"]) < 0.04
     assert b["summary"]["final_test_acc"] > 0.85
 

@@ -37,7 +37,7 @@ def kernels_figure(csv: str | Path, png: str | Path) -> None:
     grid.set_axis_labels("median time per call (s)", "")
     grid.set_titles("{col_name}")
     grid.figure.suptitle(f"Kernels: extension vs Python loop vs PyTorch{_not_run(df, ['impl', 'device'])}", y=1.0,
-                         va="bottom")
+                         va="bottom", parse_math=False)  # reasons are text, not mathtext
     _save(grid, png)
 
 
@@ -51,5 +51,5 @@ def comm_figure(csv: str | Path, png: str | Path) -> None:
     grid.set_axis_labels("message size (bytes)", "bus bandwidth (GB/s)")
     world = int(df.world_size.iloc[0])
     grid.figure.suptitle(f"all_reduce across {world} processes{_not_run(df, ['backend', 'device'])}", y=1.0,
-                         va="bottom")
+                         va="bottom", parse_math=False)  # reasons are text, not mathtext
     _save(grid, png)

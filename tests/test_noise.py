@@ -1,0 +1,83 @@
+"""What keeps a throughput from being noise: the run order of repeats, pinned ranks, the steady
+window, and the measure of other processes' load."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from dpstudy import study
+from dpstudy.monitor import HostLoad
+from dpstudy.outcome import steady_throughput
+from dpstudy.parallel import pin_to_cores
+
+
+def test_repeats_run_interleaved_across_settings():
+    config = yaml.safe_load("""
+study: t
+device: cpu
+defaults: {repeats: 3}
+sweeps:
+  - {name: s, dataset: synthetic, model: lenet, grid: {mode: [single], batch: [64, 256, 512]}}
+""")
+    cells = study.expand(study.load(config))
+    priorities = study.run_priorities(cells)
+    order = sorted(priorities, key=priorities.get, reverse=True)  # Snakemake runs higher first
+    repeats = [c[-2:] for c in order]
+    assert repeats == ["r0"] * 3 + ["r1"] * 3 + ["r2"] * 3
+    assert [c.split("-")[4] for c in order[:3]] == ["b64", "b256", "b512"]  # sweep order in a round
+    assert len(set(priorities.values())) == 9
+
+
+def test_steady_throughput_counts_the_steps_after_warmup():
+    epochs = [{"samples": 1000, "wall_s": 2.0, "steady_samples": 800, "steady_s": 1.0},
+              {"samples": 1000, "wall_s": 1.2, "steady_samples": 1000, "steady_s": 1.2}]
+    assert steady_throughput(epochs) == pytest.approx(1800 / 2.2)
+    # records without the window (or a run shorter than the warm-up): epochs after the first
+    old = [{"samples": 1000, "wall_s": 2.0}, {"samples": 1000, "wall_s": 1.25}]
+    assert steady_throughput(old) == pytest.approx(800.0)
+    warm = [dict(e, steady_samples=0, steady_s=0.0) for e in old]
+    assert steady_throughput(warm) == pytest.approx(800.0)
+
+
+def pinned_cores(local_rank: int, threads: int, queue) -> None:
+    cores = pin_to_cores(local_rank, threads)
+    queue.put((cores, sorted(os.sched_getaffinity(0))))
+
+
+@pytest.mark.parametrize("local_rank, threads", [(0, 1), (1, 1), (0, 2), (1, 2)])
+def test_ranks_are_pinned_to_their_own_cores(local_rank, threads):
+    allowed = sorted(os.sched_getaffinity(0))
+    queue = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(target=pinned_cores, args=(local_rank, threads, queue))
+    child.start()
+    cores, affinity = queue.get(timeout=30)
+    child.join()
+    expected = allowed[local_rank * threads:(local_rank + 1) * threads]
+    if len(expected) < threads:  # more ranks than cores: nothing pinned
+        assert cores == [] and affinity == allowed
+    else:
+        assert cores == affinity == expected
+
+
+def test_host_load_tells_our_cpu_from_other_processes():
+    host = HostLoad()
+    start = host.mark()
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # this process busy
+        pass
+    machine, own = HostLoad.cores(start, host.mark())
+    assert own > 0.7 and machine >= own * 0.9
+    # A busy process that is not ours (orphaned: its parent shell exits at once) counts as other.
+    spin = f"{sys.executable} -c 'import time; t = time.time() + 3\nwhile time.time() < t: pass' &"
+    subprocess.run(["sh", "-c", spin], check=True)
+    time.sleep(0.5)  # let it start
+    start = host.mark()
+    time.sleep(1.5)
+    machine, own = HostLoad.cores(start, host.mark())
+    assert own < 0.2 and machine - own > 0.5
