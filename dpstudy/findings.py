@@ -1,7 +1,7 @@
 """The report's answers to the study's questions (../shared/sources/SUMMARY.md), from the tables.
 
 Every function takes the tables of dpstudy.collect ({"cells", "epochs", "util", "settings",
-"scaling"}) and returns markdown. Repeats of a cell are summarised as medians with 95 % intervals
+"scaling"}) and returns markdown. Repeats of a cell are summarised with 95 % intervals
 (dpstudy.stats): a difference is claimed only when it is larger than its interval, and called
 "within noise" otherwise; a single run gets its number and no claim. A question the data cannot
 answer gets "Not measured in this study: <why>" instead of silence.

@@ -95,7 +95,7 @@ def hue(data: pd.DataFrame) -> dict:
 
 
 def settings_of(tables: Tables) -> pd.DataFrame:
-    """The settings table (dpstudy.stats.settings_table: a row per setting, the median of its repeats
+    """The settings table (dpstudy.stats.settings_table: a row per setting, its repeats combined
     with a 95 % interval) with variant and workload. Every speedup, efficiency, throughput and final
     accuracy a figure draws comes from there, so a figure shows the numbers the report prints."""
     return labelled(tables["settings"])

@@ -138,7 +138,8 @@ def comparable(rec: dict) -> dict:
     """A record without its timing and host fields."""
     rec = copy.deepcopy(rec)
     for epoch in rec["epochs"]:
-        for key in ("wall_s", "eval_s", "data_wait_s", "compute_s", "samples_per_s", "peak_mem_mb"):
+        for key in ("wall_s", "eval_s", "data_wait_s", "compute_s", "samples_per_s", "peak_mem_mb", "steady_s",
+                    "other_load"):
             epoch.pop(key)
     for key in ("median_epoch_s", "samples_per_s", "startup_s", "total_s"):
         rec["summary"].pop(key)

@@ -194,11 +194,12 @@ def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_
     data.prepare("synthetic", tmp_path / "data", {"train_size": 64, "test_size": 32})
     spec = specs.complete({"dataset": "synthetic", "model": "lenet_ext", "mode": "single", "epochs": 1,
                            "data_root": str(tmp_path / "data")})
-    threads = torch.get_num_threads()
-    try:
+    threads, cores = torch.get_num_threads(), os.sched_getaffinity(0)
+    try:  # run() sets this process's threads and pins it to its cores, as it owns a cell's process
         code = train.run(spec, str(tmp_path / "cell"), "cell", time.time(), cores=1)
     finally:
         torch.set_num_threads(threads)
+        os.sched_setaffinity(0, cores)
     rec = record.read(tmp_path / "cell/record.json")
     assert code == 1 and rec["status"] == "failed" and not rec["epochs"]
     assert rec["reason"].startswith(

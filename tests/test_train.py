@@ -89,7 +89,8 @@ def test_ddp_over_gloo_matches_single_device(data_root, tmp_path):
     assert b["epochs"][-1]["samples"] == 4000  # both ranks' samples, all-reduced
     assert len(b["epochs"][-1]["peak_mem_mb"]) == 2
     cores = [r["cores"] for r in b["env"]["ranks"]]  # one core each, not shared
-    assert cores == [[c] for c in sorted(os.sched_getaffinity(0))[:2]]
+    allowed = sorted(os.sched_getaffinity(0))
+    assert cores == [[allowed[r]] if r < len(allowed) else [] for r in range(2)]  # a rank beyond the cores pins none
     assert abs(a["summary"]["final_test_acc"] - b["summary"]["final_test_acc"]) < 0.04
     assert b["summary"]["final_test_acc"] > 0.85
 

@@ -14,6 +14,7 @@ import pytest
 
 from browser import open_offline
 from dpstudy import sources
+from dpstudy.plots import FIGURES
 from workflow import (REPO, copy_checkout, dry_run, processes_with, snakemake, start_snakemake, wait_for_text,
                       wait_until_gone)
 
@@ -214,7 +215,9 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
     page = open_offline(workdir / "results/report/report.html")
     figures = sorted(p.name for p in (workdir / "results/figures").glob("*.png"))
-    assert page["blocked"] == [] and len(page["images"]) == len(figures) == 11
+    # every figure of dpstudy.plots and the two microbenchmarks', each shown in the report
+    assert figures == sorted([*FIGURES, "comm.png", "kernels.png"])
+    assert page["blocked"] == [] and len(page["images"]) == len(figures) == 12
     assert all(done and width > 100 for done, width in page["images"])
 
 
