@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import fastjsonschema
 import numpy as np
 import pandas as pd
 from jsonschema import ValidationError
@@ -59,16 +60,11 @@ class RecordError(ValueError):
 
 @functools.cache
 def quick_check():
-    """RECORD_SCHEMA compiled to Python by fastjsonschema (nbformat's dependency, so wherever the
-    report runs), or None without it. jsonschema walks the schema anew for every record, about 1 ms
-    each: a 3,000-cell study paid seconds for it. A record the quick check rejects goes on to
-    jsonschema, so only one it accepts matters: the keywords the schema uses (type, required,
-    properties, items, minimum, const, enum, additionalProperties) mean the same in draft 7, which
-    fastjsonschema implements, as in 2020-12 (booleans are not numbers in either)."""
-    try:
-        import fastjsonschema
-    except ImportError:
-        return None
+    """RECORD_SCHEMA compiled to Python by fastjsonschema. jsonschema walks the schema anew for every
+    record, about 1 ms each: a 3,000-cell study paid seconds for it. A record the quick check rejects
+    goes on to jsonschema, so only one it accepts matters: the keywords the schema uses (type,
+    required, properties, items, minimum, const, enum, additionalProperties) mean the same in draft 7,
+    which fastjsonschema implements, as in 2020-12 (booleans are not numbers in either)."""
     return fastjsonschema.compile({k: v for k, v in record.RECORD_SCHEMA.items() if k != "$schema"})
 
 
@@ -77,14 +73,10 @@ def read_record(path: str) -> dict[str, Any]:
     validated by jsonschema as record.read does, which raises its ValidationError (same message)."""
     with open(path) as f:
         rec = json.load(f)
-    check = quick_check()
-    if check is not None:
-        try:
-            check(rec)
-            return rec
-        except Exception:  # noqa: BLE001 - jsonschema below decides, and words the error
-            pass
-    record.validate(rec)
+    try:
+        quick_check()(rec)
+    except fastjsonschema.JsonSchemaException:
+        record.validate(rec)  # rejects it, and words the error
     return rec
 
 
@@ -184,17 +176,12 @@ class Baselines:
         key = baseline_key(row[k] for k in BASELINE_KEYS)
         if key not in self.taken:
             self.taken[key] = self.singles.iloc[self.positions.get(key, [])]
-        # a copy of its own for every caller; under copy-on-write (pandas 3) a shallow one costs nothing
-        return self.taken[key].copy(deep=not copy_on_write())
+        return self.taken[key]  # shared between the rows of a setting: callers only read it
 
 
 def same_baseline(singles: pd.DataFrame, row) -> pd.DataFrame:
     """`row`'s baseline among `singles`, for a single question (many: build Baselines once)."""
     return Baselines(singles).of(row)
-
-
-def copy_on_write() -> bool:
-    return int(pd.__version__.split(".")[0]) >= 3 or pd.get_option("mode.copy_on_write") is True
 
 
 def with_speedup(cells: pd.DataFrame) -> pd.DataFrame:

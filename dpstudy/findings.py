@@ -59,10 +59,6 @@ def finished(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[cells["status"] == "ok"]
 
 
-def runs(row) -> str:
-    return "one run: no interval, no claim" if row["repeats"] == 1 else f"{row['repeats']} runs"
-
-
 def against(value: tuple, reference: float, above: str, below: str, same: str) -> str:
     """`above`/`below` when the interval clears `reference`, else `same` (or nothing for one run)."""
     side = stats.versus(value, reference)

@@ -359,25 +359,15 @@ def scaling(tables: Tables) -> Figure:
     return finish(g, title, cells)
 
 
-def model_table(tables: Tables) -> "pd.DataFrame":
-    """scaling.by_setting of the scaling table, given the settings table where it takes it (its
-    measured speedup is then the settings table's, with measured_speedup_low/high)."""
-    import inspect
-
-    from dpstudy.scaling import by_setting
-
-    if len(inspect.signature(by_setting).parameters) > 1:
-        return by_setting(tables["scaling"], tables["settings"])
-    return by_setting(tables["scaling"])
-
-
 def model(tables: Tables) -> Figure:
     """Predicted (dpstudy.scaling) vs measured speedup, one point per setting with the measured
     speedup's 95 % interval as a vertical bar; the diagonal is a perfect model, the dotted lines the
     ideal n x."""
     cells = labelled(tables["cells"])
     title = "Why not n times: the model's speedup vs the measured one"
-    table = model_table(tables)
+    from dpstudy.scaling import by_setting
+
+    table = by_setting(tables["scaling"], tables["settings"])  # measured: the settings' speedup
     if table.empty:
         return message("No multi-device cell finished with a baseline: nothing to model.", title, cells)
     table = labelled(table).assign(loss=table["largest"].str.split(" [(]").str[0])
@@ -385,15 +375,12 @@ def model(tables: Tables) -> Figure:
     g = sns.relplot(table, x="predicted_speedup", y="measured_speedup", style="loss", size="devices",
                     sizes=(40, 160), height=4, aspect=1.2, **colours)
     top = max(table["predicted_speedup"].max(), table["measured_speedup"].max(), table["devices"].max()) * 1.1
-    bounds = {"measured_speedup_low", "measured_speedup_high"} <= set(table)
-    if bounds:
-        top = max(top, table["measured_speedup_high"].max() * 1.05)
+    top = max(top, table["measured_speedup_high"].max() * 1.05)  # NaN bounds (one run) leave it
     for ax in g.axes.flat:
         ax.plot([0, top], [0, top], ls="-", color="0.6", lw=0.8)
         for n in sorted(table["devices"].unique()):
             ax.axhline(n, ls=":", color="0.4", lw=0.8)
-        if bounds:
-            interval_lines(ax, table, colours["palette"])
+        interval_lines(ax, table, colours["palette"])
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
     label(g, "predicted_speedup", "measured_speedup")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpstudy import collect, plots
+from dpstudy import collect, plots, scaling
 from records import CURRENT, DP_REASON, NCCL_REASON, make_record, make_util, small_grid, write_records
 
 REPO = Path(__file__).resolve().parent.parent
@@ -179,10 +179,9 @@ def test_the_model_figure_draws_the_measured_speedups_interval(tmp_path):
     probe = {"steps": 8, "sync_step_s": 0.03, "nosync_step_s": 0.02, "allreduce_s": 0.02, "grad_bytes": 400_000}
     tables = tables_of(tmp_path, [*repeated([1000.0, 1040.0, 960.0], mode="single"),
                                   *repeated([1500.0, 1620.0, 1410.0], mode="ddp", gpus=2, backend="gloo", probe=probe)])
-    table = plots.model_table(tables)
-    if "measured_speedup_low" not in table:
-        pytest.skip("scaling.by_setting has no measured_speedup_low yet")
-    row = table.iloc[0]
+    row = scaling.by_setting(tables["scaling"], tables["settings"]).iloc[0]
+    ddp = tables["settings"].query("mode == 'ddp'").iloc[0]  # the bar is the setting's own interval
+    assert (row["measured_speedup_low"], row["measured_speedup_high"]) == (ddp["speedup_low"], ddp["speedup_high"])
     fig = plots.model(tables)
     lines = [list(line.get_ydata()) for line in fig.axes[0].lines]
     assert any(ys[:2] == [pytest.approx(row["measured_speedup_low"]), pytest.approx(row["measured_speedup_high"])]
