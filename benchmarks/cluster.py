@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from slurm_cluster import SlurmCluster, unavailable  # noqa: E402
 from workflow import copy_checkout, snakemake  # noqa: E402
 
-from dpstudy import record  # noqa: E402
+from dpstudy.record import fields as record  # noqa: E402
 
 
 def study(epochs: int, train_size: int) -> dict:

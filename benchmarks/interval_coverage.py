@@ -1,5 +1,5 @@
 """How often do a speedup's 95 % intervals contain the true speedup? The evidence behind
-dpstudy.stats' choice of interval.
+dpstudy.analysis.stats' choice of interval.
 
     .venv/bin/python benchmarks/interval_coverage.py [--simulations 4000]
 
@@ -7,7 +7,7 @@ Simulates a setting and its single-device baseline as log-normal throughputs (mu
 noise, as measured) at a known true ratio, for CV 3 % (GPU), 5 % (the target on a quiet CPU host)
 and 20 % (the 2-core VM before issue 14) and n = 3, 5, 10 repeats a side, and prints the share of
 intervals that contain the true ratio for:
-  t-log      Welch's t-interval on the difference of mean log throughputs (dpstudy.stats.ratio)
+  t-log      Welch's t-interval on the difference of mean log throughputs (dpstudy.analysis.stats.ratio)
   bootstrap  the percentile bootstrap of the ratio of medians (2000 resamples), dpstudy's method
              before issue 14
 and how often the bootstrap's point estimate sat in the outer tenth of its own interval (the
@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dpstudy import stats  # noqa: E402
+from dpstudy.analysis import stats  # noqa: E402
 
 TRUE_RATIO = 1.6
 

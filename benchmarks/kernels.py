@@ -24,7 +24,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.run:
         import dpstudy.ext
-        from dpstudy.bench import kernels
+        from dpstudy.microbench import kernels
 
         df = kernels.run(dpstudy.ext.load(), quick=args.quick)
     else:

@@ -10,7 +10,7 @@ for two epochs, reporting the steady (second) epoch:
 
 Targets on the 2-core CPU: (c) >= 2.5x faster than (a), and (c) within 1.15x of (d).
 With a GPU: (c) >= 20x faster than (a), data wait under 5 % of the epoch (`make gpu-check` checks
-these). The measuring is dpstudy.bench.loader's; this script prints its table.
+these). The measuring is dpstudy.microbench.loader's; this script prints its table.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import argparse
 
 import torch
 
-from dpstudy.bench import loader
+from dpstudy.microbench import loader
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ quickstart's settings) `rounds` times per variant, the variants interleaved roun
 a drift of the machine touches each alike, and prints per variant the mean throughput and its
 coefficient of variation over the runs, twice: over the steady window (every step after
 `warmup_steps`, what dpstudy reports) and over the epochs after the first (what it reported before
-issue 14); and the most CPU other processes used meanwhile (`other_load`, dpstudy.monitor.HostLoad),
+issue 14); and the most CPU other processes used meanwhile (`other_load`, dpstudy.engine.monitor.HostLoad),
 so that a run measured on a busy machine is seen as such.
 
 Variants: `pinned` (dpstudy's default on CPU: each rank on its own cores), `unpinned`
@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dpstudy import data  # noqa: E402
+from dpstudy.data import registry as data  # noqa: E402
 
 VARIANTS = {"pinned": ({}, []), "unpinned": ({"DPSTUDY_PIN_CORES": "0"}, []),
             "hashseed": ({"PYTHONHASHSEED": "0"}, []), "noaslr": ({"PYTHONHASHSEED": "0"}, ["setarch", "-R"])}

@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO / "tests"))
 from browser import CHROMIUM, FLAGS  # noqa: E402
 from records import make_record, make_util  # noqa: E402
 
-from dpstudy import record  # noqa: E402
-from dpstudy.provenance import code_version  # noqa: E402
-from dpstudy.study import write_yaml  # noqa: E402
+from dpstudy.record import fields as record  # noqa: E402
+from dpstudy.record.provenance import code_version  # noqa: E402
+from dpstudy.study.sweeps import write_yaml  # noqa: E402
 
 BATCHES = tuple(8 * 2**k for k in range(10))  # 8 .. 4096
 MODES = {"single": {"gpus": 1, "backend": "none"}, "dp": {"gpus": 4, "backend": "none"},
@@ -68,7 +68,7 @@ def accuracy(lr: float, batch: int, rng: random.Random) -> float:
 
 
 def probe(mode: str, batch: int) -> dict | None:
-    """The scaling model's parts of a step (dpstudy.probe) for DP and DDP cells."""
+    """The scaling model's parts of a step (dpstudy.engine.probe) for DP and DDP cells."""
     step = 0.004 + batch / 60000
     if mode == "ddp":
         return {"steps": 8, "sync_step_s": step * 1.15, "nosync_step_s": step, "allreduce_s": step * 0.4,

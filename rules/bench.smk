@@ -4,11 +4,7 @@
 rule kernel_bench:
     input:
         ext="results/ext/build.json",
-        code=[
-            "dpstudy/bench/kernels.py",
-            "dpstudy/bench/loops.py",
-            "scripts/kernel_bench.py",
-        ],
+        code=code_files("scripts/kernel_bench.py"),
     output:
         csv="results/bench/kernels.csv",
         png=report("results/figures/kernels.png", category="Microbenchmarks"),
@@ -20,14 +16,14 @@ rule kernel_bench:
     resources:
         gpu=1 if GPU_JOBS else 0,
     shell:
-        "OMP_NUM_THREADS={threads} python -m dpstudy.gpus --gpus {resources.gpu} --"
+        "OMP_NUM_THREADS={threads} python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
         " python scripts/kernel_bench.py --ext results/ext --out {output.csv:q} --png {output.png:q}"
         " > {log:q} 2>&1"
 
 
 rule comm_bench:
     input:
-        code=["dpstudy/bench/comm.py", "scripts/comm_bench.py"],
+        code=code_files("scripts/comm_bench.py"),
     output:
         csv="results/bench/comm.csv",
         png=report("results/figures/comm.png", category="Microbenchmarks"),
@@ -39,5 +35,5 @@ rule comm_bench:
     resources:
         gpu=comm_bench_gpus(GPU_JOBS, visible_gpu_count()),
     shell:
-        "python -m dpstudy.gpus --gpus {resources.gpu} --"
+        "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
         " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q} > {log:q} 2>&1"

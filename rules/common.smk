@@ -7,15 +7,15 @@ from snakemake.exceptions import WorkflowError
 # This checkout's dpstudy, for the workflow itself and for every job (also in --sdm conda).
 sys.path.insert(0, workflow.basedir)
 
-from dpstudy import study as studies
-from dpstudy.data import DATASETS
+from dpstudy.study import sweeps as studies
+from dpstudy.data.registry import DATASETS
 from dpstudy.ext import arch as ext_arch
-from dpstudy.envinfo import torch_version
-from dpstudy.gpus import visible_gpu_count
+from dpstudy.record.envinfo import torch_version
+from dpstudy.jobs.gpus import visible_gpu_count
 from dpstudy.models import MODELS
-from dpstudy.provenance import export_checkout
-from dpstudy.resources import comm_bench_gpus, requests_gpus, train_resources
-from dpstudy.schema import ConfigError
+from dpstudy.record.provenance import code_files, export_checkout, native_files
+from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
+from dpstudy.study.schema import ConfigError
 
 export_checkout(workflow.basedir)
 
@@ -46,7 +46,7 @@ if _left_out:
         + ", ".join(c.id for c in _left_out)
     )
 CELLS = {cell.id: cell for cell in _kept}
-# Repeats interleaved across settings (dpstudy.study.run_priorities).
+# Repeats interleaved across settings (dpstudy.study.sweeps.run_priorities).
 PRIORITIES = studies.run_priorities(CELLS.values())
 RECORDS = [f"results/cells/{cell}/record.json" for cell in CELLS]
 DATA_ROOT = STUDY["data_root"]
@@ -88,7 +88,7 @@ def cell_resources(wildcards):
 
 
 def cell_resource(name):
-    """The train rule's resource `name` of a cell (dpstudy.resources computes them all)."""
+    """The train rule's resource `name` of a cell (dpstudy.study.resources computes them all)."""
     return lambda wildcards: cell_resources(wildcards)[name]
 
 

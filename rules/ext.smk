@@ -3,12 +3,8 @@
 
 rule build_ext:
     input:
-        sources=[
-            f"dpstudy/ext/{path}"
-            for path in glob_wildcards("dpstudy/ext/{path}").path
-            if path.endswith((".cpp", ".cu", ".h", ".cuh", ".py"))
-            and "__pycache__" not in path
-        ],
+        code=code_files("scripts/build_ext.py"),
+        sources=native_files(),
     output:
         "results/ext/build.json",
     log:

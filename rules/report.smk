@@ -1,7 +1,6 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
-from dpstudy.collect import STALE_FILE, TABLES as TABLE_NAMES
-from dpstudy.plots import FIGURES
-from dpstudy.provenance import training_files
+from dpstudy.analysis.collect import STALE_FILE, TABLES as TABLE_NAMES
+from dpstudy.report.figures import FIGURES
 
 TABLES = [f"results/tables/{name}.csv" for name in TABLE_NAMES] + [
     f"results/tables/{STALE_FILE}"
@@ -25,15 +24,10 @@ rule collect:
         records=RECORDS,
         # the all-reduce bandwidth of the scaling model, when the study measures it
         comm=[path for path in BENCH_FILES if path.endswith("comm.csv")],
-        code=[
-            "dpstudy/collect.py",
-            "dpstudy/stats.py",
-            "dpstudy/scaling.py",
-            "scripts/collect.py",
-        ],
-        # Training code is an input of collect, not of train: editing it reruns no cell, but
-        # the tables and the report are redone and flag the cells made with older code.
-        training_code=training_files(),
+        # The collect script and everything it imports, the training code included (collect
+        # flags the cells made with older training code): editing training code reruns no
+        # cell, but the tables and the report are redone.
+        code=code_files("scripts/collect.py"),
     output:
         TABLES,
     log:
@@ -50,13 +44,7 @@ rule collect:
 rule figures:
     input:
         tables=TABLES,
-        code=[
-            "dpstudy/plots.py",
-            "dpstudy/scaling.py",
-            "dpstudy/stats.py",
-            "dpstudy/overview.py",
-            "scripts/figures.py",
-        ],
+        code=code_files("scripts/figures.py"),
     output:
         [
             report(path, category="Figures", caption="../notebooks/figure_caption.rst")
@@ -98,14 +86,9 @@ rule report:
         tables=TABLES,
         figures=FIGURE_FILES,
         bench=BENCH_FILES,
+        # The notebook's imports too: the report's prose is code of dpstudy.report.
         code=[
-            "dpstudy/findings.py",
-            "dpstudy/inventory.py",
-            "dpstudy/overview.py",
-            "dpstudy/readable.py",
-            "dpstudy/sources.py",
-            "dpstudy/sources.yaml",
-            "scripts/report.py",
+            *code_files("scripts/report.py", "notebooks/report.ipynb"),
             "notebooks/templates/offline/index.html.j2",
         ],
     output:

@@ -1,4 +1,4 @@
-# One job per cell: dpstudy.launch starts python (single, dp), torchrun (ddp) or srun torchrun
+# One job per cell: dpstudy.jobs.launch starts python (single, dp), torchrun (ddp) or srun torchrun
 # (ddp on several nodes) on the GPUs the job reserved, and makes sure of how the job ends.
 
 
@@ -18,7 +18,7 @@ rule train:
     threads: cell_threads
     priority: cell_priority
     resources:
-        # Computed per cell by dpstudy.resources; None leaves a resource unset.
+        # Computed per cell by dpstudy.study.resources; None leaves a resource unset.
         gpu=cell_resource("gpu"),
         gres=cell_resource("gres"),
         cpus_per_task=cell_resource("cpus_per_task"),
@@ -32,13 +32,13 @@ rule train:
         node_gpus=cell_resource("node_gpus"),
         node_cores=cell_resource("node_cores"),
         # A retry (cluster profiles: retries 1) turns the scheduler's verdict on the attempt
-        # it stopped into a failed record; see dpstudy.launch.
+        # it stopped into a failed record; see dpstudy.jobs.launch.
         attempt=lambda wc, attempt: attempt,
     params:
         spec=cell_spec,
     shell:
         # Every outcome the cell itself reports (ok, skipped, oom, failed) is a record and a
         # finished job; only a stopped job (cancelled, killed) leaves none.
-        "exec python -m dpstudy.launch --spec {params.spec:q} --cell {wildcards.cell}"
+        "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
         " --out results/cells/{wildcards.cell} --log {log:q} --gpus {resources.node_gpus}"
         " --cores {resources.node_cores} --attempt {resources.attempt}"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpstudy import collect
-from dpstudy.provenance import code_version
+from dpstudy.analysis import collect
+from dpstudy.record.provenance import code_version
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

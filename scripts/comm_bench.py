@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from dpstudy.bench import comm
-from dpstudy.atomic import write_csv
+from dpstudy.microbench import comm
+from dpstudy.util.atomic import write_csv
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
     write_csv(df, args.out)
     print(df.drop(columns=["dtype", "world_size"]).to_string(index=False))
     if args.png:
-        from dpstudy.bench.figures import comm_figure
+        from dpstudy.microbench.figures import comm_figure
 
         comm_figure(args.out, args.png)
 

@@ -1,4 +1,4 @@
-"""Render every figure of dpstudy.plots.FIGURES from the tables into a folder of PNGs.
+"""Render every figure of dpstudy.report.figures.FIGURES from the tables into a folder of PNGs.
 
     python scripts/figures.py --tables results/tables --out results/figures
 """
@@ -8,7 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from dpstudy import collect, plots
+from dpstudy.analysis import collect
+
+from dpstudy.report import figures as plots
 
 
 def main(argv: list[str] | None = None) -> int:

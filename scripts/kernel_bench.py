@@ -9,8 +9,8 @@ import argparse
 import pandas as pd
 
 import dpstudy.ext
-from dpstudy.bench import kernels
-from dpstudy.atomic import write_csv
+from dpstudy.microbench import kernels
+from dpstudy.util.atomic import write_csv
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(df.drop(columns=["note"]).to_string(index=False))
     if args.png:
-        from dpstudy.bench.figures import kernels_figure
+        from dpstudy.microbench.figures import kernels_figure
 
         kernels_figure(args.out, args.png)
 

@@ -1,4 +1,4 @@
-"""Prepare one dataset: download and verify it, or generate it (dpstudy.data.prepare).
+"""Prepare one dataset: download and verify it, or generate it (dpstudy.data.registry.prepare).
 
     python scripts/prepare_data.py NAME --root results/data [--overrides '{"mirror": "..."}']
 """
@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from dpstudy import data
+from dpstudy.data import registry as data
 
 
 def main(argv: list[str] | None = None) -> int:

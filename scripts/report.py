@@ -18,7 +18,7 @@ import nbformat
 import papermill
 from nbconvert import HTMLExporter
 
-from dpstudy.atomic import atomic_output
+from dpstudy.util.atomic import atomic_output
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,7 +45,7 @@ ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["class", "id"]}
 
 
 def clean_html(element: str | bytes) -> str:
-    """Defence in depth behind dpstudy.readable.text(): in markdown's HTML, a tag the report does not
+    """Defence in depth behind dpstudy.report.text.text(): in markdown's HTML, a tag the report does not
     make (<img onerror>, <script>) is shown as text, an attribute it does not use (onclick, style) is
     dropped, and a link goes only to http(s), mailto or within the page."""
     element = element.decode() if isinstance(element, bytes) else str(element)

@@ -1,4 +1,4 @@
-"""A factory of realistic fake records (valid against dpstudy.record.RECORD_SCHEMA).
+"""A factory of realistic fake records (valid against dpstudy.record.fields.RECORD_SCHEMA).
 
 Every number is derived from a few arguments so that tests can assert exact values:
 an epoch processes `SAMPLES` samples at `samples_per_s`, evaluation takes `EVAL_S`, and a
@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dpstudy import record, schema
+from dpstudy.record import fields as record
+
+from dpstudy.study import schema
 
 CURRENT = {"git_commit": "cafe00000000", "source_hash": "current00000"}
 OLD = {"git_commit": "0ld000000000", "source_hash": "old000000000"}
@@ -135,7 +137,7 @@ def render_report(root: Path, records: list[dict[str, Any]], study: str, config_
     import subprocess
     import sys
 
-    from dpstudy import collect
+    from dpstudy.analysis import collect
 
     tables = collect.summarise(collect.collect(write_records(root, records), CURRENT))
     collect.write_tables(tables, root / "tables")

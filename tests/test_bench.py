@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 import dpstudy.ext
-from dpstudy.bench import comm, kernels
-from dpstudy.bench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
+from dpstudy.microbench import comm, kernels
+from dpstudy.microbench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
 from dpstudy.ext import reference
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpstudy import record
+from dpstudy.record import fields as record
 from slurm_cluster import SlurmCluster, unavailable
 from workflow import copy_checkout, dry_run, snakemake, start_snakemake, wait_for_text
 
@@ -216,10 +216,10 @@ def test_a_cancelled_cell_leaves_no_record_and_a_rerun_runs_just_it(cluster, slu
 
 
 def test_the_cluster_generic_profile_submits_through_its_template(cluster, local_run, tmp_path):
-    """profiles/cluster-generic with dpstudy.schedulers' SLURM flavour: the same path a PBS, SGE or
+    """profiles/cluster-generic with dpstudy.jobs.schedulers' SLURM flavour: the same path a PBS, SGE or
     LSF user takes, run against a real scheduler."""
     workdir = copy_checkout(tmp_path)
-    commands = {action: f"python -m dpstudy.schedulers --scheduler slurm {action}"
+    commands = {action: f"python -m dpstudy.jobs.schedulers --scheduler slurm {action}"
                 for action in ("submit", "status", "cancel")}
     snakemake(workdir, "--profile", "profiles/cluster-generic", "--seconds-between-status-checks", "2",
               *(arg for action, cmd in commands.items() for arg in (f"--cluster-generic-{action}-cmd", cmd)),
@@ -229,5 +229,5 @@ def test_the_cluster_generic_profile_submits_through_its_template(cluster, local
     assert set(ran) == ONE_NODE_CELLS
     for cell, rec in ran.items():
         assert finished[rec["env"]["job"]["job_id"]]["JobState"] == "COMPLETED"
-        assert finished[rec["env"]["job"]["job_id"]]["Name"] == f"dpstudy.train.{cell}"
+        assert finished[rec["env"]["job"]["job_id"]]["Name"] == f"dpstudy.engine.train.{cell}"
         assert comparable(rec) == comparable(local[cell]), cell

@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpstudy import collect
-from dpstudy.collect import CELL_COLUMNS, EPOCH_COLUMNS, SPEC_KEYS, RecordError
+from dpstudy.analysis import collect
+from dpstudy.analysis.collect import CELL_COLUMNS, EPOCH_COLUMNS, RecordError
+from dpstudy.analysis.keys import SPEC_KEYS
 from records import (CURRENT, DP_REASON, EVAL_S, NCCL_REASON, OOM_REASON, SAMPLES, STARTUP_S, TEARDOWN_S,
                      make_record, make_util, small_grid, write_records)
 

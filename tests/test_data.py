@@ -1,4 +1,4 @@
-"""dpstudy.data: registry, generated datasets, and downloads against a loopback HTTP server."""
+"""dpstudy.data.registry: registry, generated datasets, and downloads against a loopback HTTP server."""
 from __future__ import annotations
 
 import functools
@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from archives import WRITERS
-from dpstudy import data, synthetic
-from dpstudy.data import DATASETS, ConfigError, DatasetError
+from dpstudy.data import registry as data
+from dpstudy.data import synthetic
+from dpstudy.data.registry import DATASETS, ConfigError, DatasetError
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"train_size": 200, "test_size": 40}
@@ -46,7 +47,7 @@ def test_registry_entries_are_sane():
 def test_registry_files_match_torchvision():
     from torchvision import datasets as tv
 
-    from dpstudy import download
+    from dpstudy.data import download
 
     for name, info in DATASETS.items():
         if not info.generated:
@@ -56,7 +57,7 @@ def test_registry_files_match_torchvision():
 
 
 def test_importing_the_registry_does_not_import_torch():
-    code = "import sys, dpstudy.data; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, dpstudy.data.registry; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,4 +1,4 @@
-"""Text from records is text: what dpstudy.readable.text()/code() and the report's markdown makers
+"""Text from records is text: what dpstudy.report.text.text()/code() and the report's markdown makers
 give shows, once nbconvert renders it, exactly the characters the record held, and no tag or
 markdown construct the record smuggled in."""
 from __future__ import annotations
@@ -11,8 +11,12 @@ import pandas as pd
 import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-from dpstudy import collect, inventory, plots
-from dpstudy.readable import Safe, code, code_block, markdown_table, not_run_lines, text
+from dpstudy.analysis import collect
+
+from dpstudy.report import inventory
+
+from dpstudy.report import figures as plots
+from dpstudy.report.text import Safe, code, code_block, markdown_table, not_run_lines, text
 from records import CURRENT, make_record, small_grid, write_records
 
 IMG = """<img src=x onerror="document.title='pwned'">"""

@@ -331,14 +331,16 @@ def test_lenet_ext_trains_under_ddp_through_the_entry_point(ops, tmp_path):
     import subprocess
     import sys
 
-    from dpstudy import data, record
+    from dpstudy.data import registry as data
+
+    from dpstudy.record import fields as record
 
     data.prepare("synthetic", tmp_path / "data", {"train_size": 512, "test_size": 128})
     spec = {"dataset": "synthetic", "model": "lenet_ext", "mode": "ddp", "gpus": 2, "backend": "gloo",
             "epochs": 2, "data_root": str(tmp_path / "data")}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         str(REPO / "scripts/train.py"), "--spec", json.dumps(spec), "--out", str(tmp_path / "out")],
+         "-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=300, cwd=REPO,
         env={**os.environ, "DPSTUDY_EXT_DIR": str(EXT_TEST_DIR)})
     assert proc.returncode == 0, proc.stdout + proc.stderr

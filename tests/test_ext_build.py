@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpstudy import data, record, study as studies
+from dpstudy.data import registry as data
+
+from dpstudy.record import fields as record
+
+from dpstudy.study import sweeps as studies
 from dpstudy.ext import arch
 from dpstudy.ext.arch import DEFAULT_CUDA_ARCH
-from dpstudy.schema import ConfigError, schema
+from dpstudy.study.schema import ConfigError, schema
 from workflow import REPO, copy_checkout, snakemake
 
 CUDA_STUDY = {
@@ -41,7 +45,7 @@ def torch_can_compile_cuda() -> bool:
     return bool(torch.version.cuda and builder.cuda_home())
 
 
-# --- the list syntax: config/schema.yaml's pattern, read alike by dpstudy.ext.arch.split ----------
+# --- the list syntax: dpstudy/study/schema.yaml's pattern, read alike by dpstudy.ext.arch.split ----------
 
 GOOD_LISTS = ["8.0", "8.0;9.0+PTX", "9.0a", "10.0f", "9.0+PTX", "12.1a+PTX", "8.0,9.0", "8.0, 9.0",
               "8.0 9.0+PTX", "7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX", "8.0;;9.0"]
@@ -183,9 +187,13 @@ def test_check_kernels_refuses_a_gpu_the_build_has_no_kernels_for(fake_build):
 def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_build, tmp_path, monkeypatch):
     import torch
 
-    from dpstudy import models, spec as specs, train
+    from dpstudy import models
+
+    from dpstudy.study import spec as specs
+
+    from dpstudy.engine import train
     from dpstudy.models.lenet import LeNet
-    from dpstudy.parallel import Parallel
+    from dpstudy.engine.parallel import Parallel
 
     fake_build.write_text(json.dumps({"with_cuda": False, "cuda_arch": [], "note": "CPU-only build: torch has no CUDA"}))
     # A CPU run whose process drives "GPU 0", with a plain LeNet standing in for the built library.

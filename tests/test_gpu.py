@@ -7,7 +7,7 @@
 - torch.library.opcheck on CUDA inputs and torch.autograd.gradcheck on CUDA float64;
 - autocast bf16 and fp16: lenet and lenet_ext training steps under the project's Trainer, and
   what the extension's operators do under autocast (they are not cast: they run in float32);
-- CUDA memory accounting: dpstudy.monitor's peaks are torch.cuda's and reset with reset_peaks.
+- CUDA memory accounting: dpstudy.engine.monitor's peaks are torch.cuda's and reset with reset_peaks.
 """
 from __future__ import annotations
 
@@ -273,10 +273,11 @@ def test_max_pool2d_gradcheck_on_cuda_float64(ops, case):
 def test_trainer_steps_under_autocast_on_cuda(ops, model, precision):
     """A few Trainer steps on one batch as a cell runs them (autocast, GradScaler for fp16): the
     loss stays finite and falls."""
-    from dpstudy import models, synthetic
-    from dpstudy.parallel import Parallel
-    from dpstudy.spec import complete
-    from dpstudy.train import Trainer
+    from dpstudy import models
+    from dpstudy.data import synthetic
+    from dpstudy.engine.parallel import Parallel
+    from dpstudy.study.spec import complete
+    from dpstudy.engine.train import Trainer
 
     torch.manual_seed(SEED)
     spec = complete({"dataset": "synthetic", "model": model, "mode": "single", "precision": precision,
@@ -316,7 +317,7 @@ def test_extension_ops_are_not_cast_by_autocast(ops, dtype):
 
 @pytest.mark.parametrize("device", range(torch.cuda.device_count()) if CUDA else [0])
 def test_peak_memory_is_cuda_max_allocated_and_resets(device):
-    from dpstudy.monitor import peak_memory_mb, reset_peaks
+    from dpstudy.engine.monitor import peak_memory_mb, reset_peaks
 
     mib = 2**20
     torch.cuda.synchronize(device)

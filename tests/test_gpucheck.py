@@ -169,7 +169,7 @@ def test_targets_and_formats():
 
 def test_resnet_throughput_on_cpu_counts_flops_like_models_stats():
     from dpstudy import models
-    from dpstudy.bench import throughput
+    from dpstudy.microbench import throughput
 
     m = throughput.measure("cpu", size=16, images=192, batch=64, precision="bf16", min_steady_s=0)
     assert m["images_per_s"] > 0 and m["steady_epochs"] == 1 and m["steady_samples"] == 192
@@ -182,7 +182,7 @@ def test_resnet_throughput_on_cpu_counts_flops_like_models_stats():
 
 
 def test_grayscale_bandwidth_counts_bytes_and_checks_the_output():
-    from dpstudy.bench import bandwidth
+    from dpstudy.microbench import bandwidth
     from dpstudy.ext import reference
 
     assert bandwidth.grayscale_bytes((2, 3, 4, 5)) == 2 * 4 * 5 * (3 + 1)
@@ -202,7 +202,7 @@ def test_grayscale_bandwidth_counts_bytes_and_checks_the_output():
 
 
 def test_peak_table_finds_devices_by_their_torch_names():
-    from dpstudy.bench import peaks
+    from dpstudy.microbench import peaks
 
     expect = {"NVIDIA H100 80GB HBM3": (989.5, 3.35), "NVIDIA H100 PCIe": (756.5, 2.0), "NVIDIA H100 NVL": (835.5, 3.9),
               "NVIDIA H200": (989.5, 4.8), "NVIDIA H200 NVL": (835.5, 4.8), "NVIDIA GH200 480GB": (989.5, 4.0),
@@ -217,7 +217,7 @@ def test_peak_table_finds_devices_by_their_torch_names():
 
 
 def test_loader_benchmark_on_cpu_gives_the_item_its_figures():
-    from dpstudy.bench import loader
+    from dpstudy.microbench import loader
 
     results = loader.run("cpu", keys=("a", "c"), repeats=1, train_size=512)
     assert list(results) == ["a", "c"] and all(r["samples"] == 512 for r in results.values())
@@ -284,7 +284,7 @@ def test_study_knows_which_cells_need_more_gpus_and_what_snakemake_left_out():
 
 
 def test_comm_figures_on_one_gpu_and_on_two():
-    from dpstudy.bench import comm
+    from dpstudy.microbench import comm
 
     def rows(backend, world):
         sizes = [4096, 1 << 20, 256 << 20]

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from dpstudy.gpus import acquire
+from dpstudy.jobs.gpus import acquire
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from dpstudy.gpus import acquire
+from dpstudy.jobs.gpus import acquire
 with acquire(int(sys.argv[1]), 2, Path(sys.argv[2])) as slots:
     print(",".join(map(str, slots)), flush=True)
     time.sleep(600)
@@ -57,9 +57,9 @@ def test_asking_for_more_than_the_machine_has_is_an_error(tmp_path):
 def test_wrapper_sets_visible_devices_only_with_gpus(tmp_path):
     # No NVIDIA driver here: the command runs unchanged, and a scheduler's choice is kept.
     show = [sys.executable, "-c", "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'unset'))"]
-    out = subprocess.run([sys.executable, "-m", "dpstudy.gpus", "--gpus", "2", "--pool", str(tmp_path), "--", *show],
+    out = subprocess.run([sys.executable, "-m", "dpstudy.jobs.gpus", "--gpus", "2", "--pool", str(tmp_path), "--", *show],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "unset"
-    out = subprocess.run([sys.executable, "-m", "dpstudy.gpus", "--gpus", "2", "--", *show], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "dpstudy.jobs.gpus", "--gpus", "2", "--", *show], capture_output=True,
                          text=True, check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "5,7"})
     assert out.stdout.strip() == "5,7"

@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from dpstudy import launch, record, slurm
-from dpstudy.spec import complete
+from dpstudy.jobs import launch
+
+from dpstudy.record import fields as record
+
+from dpstudy.jobs import slurm
+from dpstudy.study.spec import complete
 
 REPO = Path(__file__).resolve().parent.parent
 DDP = complete({"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "backend": "gloo"})
@@ -26,7 +30,7 @@ SINGLE = complete({"dataset": "synthetic", "model": "lenet", "mode": "single"})
 
 def test_single_and_dp_run_one_python_process(tmp_path):
     argv = launch.command(SINGLE, "c", tmp_path, 1, None)
-    assert argv[:2] == [sys.executable, str(REPO / "scripts/train.py")]
+    assert argv[:3] == [sys.executable, "-m", "dpstudy.engine"]
     assert argv[argv.index("--cores") + 1] == "1" and json.loads(argv[argv.index("--spec") + 1]) == SINGLE
 
 
@@ -66,7 +70,7 @@ def start_launcher(tmp_path: Path, child: str, *, attempt: int = 1, gpus: int = 
     child_file.write_text(textwrap.dedent(child))
     run = textwrap.dedent(f"""
         import sys
-        import dpstudy.launch as launch
+        import dpstudy.jobs.launch as launch
         launch.command = lambda *args: [sys.executable, {str(child_file)!r}, {str(tmp_path / 'cell')!r}]
         sys.exit(launch.main({['--spec', json.dumps(spec), '--cell', 'c', '--out', str(tmp_path / 'cell'),
                               '--log', str(tmp_path / 'cell' / 'train.log'), '--gpus', str(gpus), '--cores', '1',
@@ -117,7 +121,7 @@ def test_the_childs_own_record_stands_even_when_it_exits_nonzero(tmp_path):
                      {"torch": "t", "python": "p", "hostname": "h", "world_size": 1, "code_version": {}})
     child = f"""
         import sys
-        from dpstudy import record
+        from dpstudy.record import fields as record
         record.write(sys.argv[1] + "/record.json", {ok!r})
         sys.exit(1)
     """

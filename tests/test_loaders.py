@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from dpstudy.loaders import (DeviceLoader, Shard, TorchLoader, affine_params, crop_flip_params, epoch_indices,
+from dpstudy.engine.loaders import (DeviceLoader, Shard, TorchLoader, affine_params, crop_flip_params, epoch_indices,
                              eval_indices, random_affine, random_crop_flip)
 
 N = 96

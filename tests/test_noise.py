@@ -11,10 +11,10 @@ import time
 import pytest
 import yaml
 
-from dpstudy import study
-from dpstudy.monitor import HostLoad
-from dpstudy.outcome import steady_throughput
-from dpstudy.parallel import pin_to_cores
+from dpstudy.study import sweeps as study
+from dpstudy.engine.monitor import HostLoad
+from dpstudy.engine.outcome import steady_throughput
+from dpstudy.engine.parallel import pin_to_cores
 
 
 def test_repeats_run_interleaved_across_settings():

@@ -8,7 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpstudy import collect, overview, plots
+from dpstudy.analysis import collect
+
+from dpstudy.report import overview
+
+from dpstudy.report import figures as plots
 from records import CURRENT, make_record, write_records
 
 BATCHES = (64, 128, 256, 512)

@@ -10,7 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpstudy import collect, plots, scaling
+from dpstudy.analysis import collect
+
+from dpstudy.report import figures as plots
+
+from dpstudy.analysis import scaling
 from records import CURRENT, DP_REASON, NCCL_REASON, make_record, make_util, small_grid, write_records
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,7 +10,13 @@ import pandas as pd
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
-from dpstudy import collect, findings, inventory, plots
+from dpstudy.analysis import collect
+
+from dpstudy.report import findings
+
+from dpstudy.report import inventory
+
+from dpstudy.report import figures as plots
 from browser import open_offline
 from records import (CURRENT, DP_REASON, NCCL_REASON, OOM_REASON, make_record, make_util, small_grid,
                      write_records)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from dpstudy import collect
+from dpstudy.analysis import collect
 from records import NCCL_REASON, make_record, render_report
 from test_report import python3_kernel  # noqa: F401 (a fixture)
 

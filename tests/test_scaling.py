@@ -4,7 +4,11 @@ import math
 import pandas as pd
 import pytest
 
-from dpstudy import collect, scaling, stats
+from dpstudy.analysis import collect
+
+from dpstudy.analysis import scaling
+
+from dpstudy.analysis import stats
 from records import CURRENT, make_record, write_records
 
 PROBE = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}

@@ -212,7 +212,7 @@ def test_offline_setup_on_a_host_pytorch_other_than_the_lock_s(tmp_path):
     assert f"installed offline from {wheels}" in proc.stdout
 
     venv_python = checkout / ".venv" / "bin" / "python"
-    probe = ("import json, torch, snakemake, papermill, jsonschema, dpstudy; from dpstudy.envinfo import torch_origin;"
+    probe = ("import json, torch, snakemake, papermill, jsonschema, dpstudy; from dpstudy.record.envinfo import torch_origin;"
              "print(json.dumps({'torch': torch.__version__, 'dpstudy': dpstudy.__file__, **torch_origin()}))")
     seen = json.loads(subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True, cwd=tmp_path,
                                      check=True).stdout)

@@ -6,7 +6,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpstudy import collect, sources, study as studies
+from dpstudy.analysis import collect
+
+from dpstudy.report import sources
+
+from dpstudy.study import sweeps as studies
 from records import CURRENT, NCCL_REASON, make_record, write_records
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpstudy import stats
+from dpstudy.analysis import stats
 
 # CV of steady throughput between repeats: 5 % (the target on a quiet host), 20 % (what the default
 # study showed on the shared 2-core VM before issue 14), 3 % (a GPU).
@@ -87,7 +87,7 @@ def test_mean_interval_and_cv():
 
 def cells_frame(rows: list[tuple[str, int, float]]) -> pd.DataFrame:
     """Minimal cells: (mode, gpus, samples_per_s) at one batch, one repeat index each."""
-    from dpstudy.collect import SPEC_DEFAULTS, SPEC_KEYS
+    from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
 
     out = []
     for i, (mode, gpus, speed) in enumerate(rows):
@@ -100,7 +100,7 @@ def cells_frame(rows: list[tuple[str, int, float]]) -> pd.DataFrame:
 
 
 def test_settings_table_quotes_one_speedup_and_flags_noise():
-    from dpstudy.collect import with_speedup
+    from dpstudy.analysis.baseline import with_speedup
 
     cells = cells_frame([("single", 1, 1000.0), ("single", 1, 1050.0), ("single", 1, 980.0),
                          ("ddp", 2, 1500.0), ("ddp", 2, 1600.0), ("ddp", 2, 1550.0),

@@ -3,9 +3,9 @@ import copy
 
 import pytest
 
-from dpstudy import study as studies
-from dpstudy.resources import comm_bench_gpus, requests_gpus, train_resources
-from dpstudy.schema import ConfigError
+from dpstudy.study import sweeps as studies
+from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
+from dpstudy.study.schema import ConfigError
 
 STUDY = {
     "study": "nodes_test",
@@ -101,5 +101,5 @@ def test_multi_node_job_runs_a_task_per_node_with_gpus_per_node():
 @pytest.mark.parametrize("gpu_jobs, visible, reserved", [(False, 4, 0), (True, 0, 2), (True, 1, 1), (True, 8, 2)])
 def test_the_all_reduce_benchmark_reserves_no_more_gpus_than_the_host_has(gpu_jobs, visible, reserved):
     # a 1-GPU host: the benchmark runs (NCCL at 2 ranks skipped with its reason) instead of
-    # waiting for a second GPU that dpstudy.gpus cannot give it
+    # waiting for a second GPU that dpstudy.jobs.gpus cannot give it
     assert comm_bench_gpus(gpu_jobs, visible) == reserved

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dpstudy import data, record
+from dpstudy.data import registry as data
+
+from dpstudy.record import fields as record
 
 REPO = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -23,7 +25,7 @@ def data_root(tmp_path_factory):
 
 def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):
     launcher = TORCHRUN + [f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
-    cmd = launcher + [str(REPO / "scripts/train.py"), "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
+    cmd = launcher + ["-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
     started = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, cwd=REPO)
@@ -170,7 +172,7 @@ def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(data_root, tmp_path):
     # torchrun --standalone binds its rendezvous store to a port the kernel picks (port 0), so
     # two jobs started at the same moment on one machine cannot collide.
     spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
-    launcher = TORCHRUN + ["--nproc-per-node=2", str(REPO / "scripts/train.py"), "--spec", json.dumps(spec)]
+    launcher = TORCHRUN + ["--nproc-per-node=2", "-m", "dpstudy.engine", "--spec", json.dumps(spec)]
     jobs = [subprocess.Popen(launcher + ["--out", str(tmp_path / name), "--cores", "1"], cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
     for job in jobs:

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from browser import open_offline
-from dpstudy import sources
-from dpstudy.plots import FIGURES
+from dpstudy.report import sources
+from dpstudy.report.figures import FIGURES
 from workflow import (REPO, copy_checkout, dry_run, processes_with, snakemake, start_snakemake, wait_for_text,
                       wait_until_gone)
 
@@ -173,14 +173,14 @@ def edited(path: Path):
 
 @pytest.mark.slow
 def test_editing_plotting_code_schedules_no_training(finished):
-    with edited(finished / "dpstudy/plots.py"):
+    with edited(finished / "dpstudy/report/figures.py"):
         jobs = dry_run(finished, SMALL)
     assert set(jobs) == {"figures", "report", "all"}
 
 
 @pytest.mark.slow
 def test_editing_training_code_flags_cells_instead_of_rerunning(finished):
-    with edited(finished / "dpstudy/train.py"):
+    with edited(finished / "dpstudy/engine/train.py"):
         jobs = dry_run(finished, SMALL)
         assert "train" not in jobs and {"collect", "report"} <= set(jobs)
         snakemake(finished, "--cores", "2", "--resources", "gpu=2", "--until", "collect", config=SMALL)
@@ -215,7 +215,7 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
     page = open_offline(workdir / "results/report/report.html")
     figures = sorted(p.name for p in (workdir / "results/figures").glob("*.png"))
-    # every figure of dpstudy.plots and the two microbenchmarks', each shown in the report
+    # every figure of dpstudy.report.figures and the two microbenchmarks', each shown in the report
     assert figures == sorted([*FIGURES, "comm.png", "kernels.png"])
     assert page["blocked"] == [] and len(page["images"]) == len(figures) == 12
     assert all(done and width > 100 for done, width in page["images"])
@@ -239,7 +239,7 @@ def running_long_cell(finished, tmp_path):
     try:
         wait_for_text(workdir / f"results/cells/{LONG}/train.log", "epoch 1/", proc)
         ranks = processes_with(f"--out results/cells/{LONG} --cell")
-        ranks = [pid for pid in ranks if "scripts/train.py" in Path(f"/proc/{pid}/cmdline").read_text()
+        ranks = [pid for pid in ranks if "dpstudy.engine" in Path(f"/proc/{pid}/cmdline").read_text()
                  and not is_torchrun(pid)]
         assert len(ranks) == 2
         yield workdir, proc, ranks

@@ -6,7 +6,7 @@ An entry is `M.m` (machine code sm_Mm, which runs on GPUs of capability M.x for 
 `+PTX` also PTX compute_Mm (the driver JIT-compiles it for any GPU of capability >= M.m), `M.ma`
 (architecture-specific features: runs on M.m only) or `M.mf` (family-specific: runs on M.x for
 x >= m). Entries are separated by `;` (also `,` or spaces), as in TORCH_CUDA_ARCH_LIST; the
-pattern is config/schema.yaml's `ext.cuda_arch`.
+pattern is dpstudy/study/schema.yaml's `ext.cuda_arch`.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from dpstudy import nvml
-from dpstudy.schema import ConfigError
+from dpstudy.util import nvml
+from dpstudy.study.schema import ConfigError
 
 # What the workflow builds for a study that runs CUDA cells and names no ext.cuda_arch (plus the
 # GPUs the planning host sees): sm_80 machine code runs on every Ampere and Ada GPU (A100, A30,
@@ -66,8 +66,8 @@ class Arch:
 
 @functools.cache
 def list_pattern() -> re.Pattern:
-    """config/schema.yaml's pattern of ext.cuda_arch: the one statement of the list syntax."""
-    from dpstudy.schema import schema
+    """dpstudy/study/schema.yaml's pattern of ext.cuda_arch: the one statement of the list syntax."""
+    from dpstudy.study.schema import schema
 
     return re.compile(schema()["properties"]["ext"]["properties"]["cuda_arch"]["pattern"])
 

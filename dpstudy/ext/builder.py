@@ -13,7 +13,6 @@ library that CUDA cells could not use.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -25,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpstudy.atomic import write_json
+from dpstudy.util.atomic import write_json
+from dpstudy.util.hashing import files_under, tree_sha256
 from dpstudy.ext.arch import DEFAULT_CUDA_ARCH, split
 
 NAME = "dpstudy_ext"
@@ -45,10 +45,7 @@ def sources(with_cuda: bool) -> list[Path]:
 
 def sources_sha256() -> str:
     """Hash of every file under csrc/ (headers included), by relative path and content."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in CSRC.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return tree_sha256(files_under(CSRC), CSRC)
 
 
 class CudaUnavailable(RuntimeError):

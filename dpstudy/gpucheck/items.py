@@ -90,7 +90,7 @@ def run_tests(out: Path) -> dict:
 # ---- 3: the loader benchmark ------------------------------------------------------------------
 
 def loader_result(results: dict[str, dict]) -> dict:
-    """Figures from dpstudy.bench.loader.run()'s steady epochs of (a), (c) and (d)."""
+    """Figures from dpstudy.microbench.loader.run()'s steady epochs of (a), (c) and (d)."""
     a, c, d = results["a"], results["c"], results.get("d")
     figures = {"speedup": a["wall_s"] / c["wall_s"], "data_wait_share": c["data_wait_s"] / c["wall_s"],
                "a_samples_per_s": a["samples_per_s"], "c_samples_per_s": c["samples_per_s"]}
@@ -101,7 +101,7 @@ def loader_result(results: dict[str, dict]) -> dict:
 
 
 def run_loader(out: Path) -> dict:
-    from dpstudy.bench import loader
+    from dpstudy.microbench import loader
 
     results = loader.run("cuda", keys=("a", "c", "d"), repeats=3)
     table = "\n".join(loader.table(results))
@@ -115,7 +115,7 @@ def run_loader(out: Path) -> dict:
 # ---- 4: ResNet-18 throughput and MFU ----------------------------------------------------------
 
 def resnet_result(m: dict) -> dict:
-    """Figures from dpstudy.bench.throughput.measure()."""
+    """Figures from dpstudy.microbench.throughput.measure()."""
     figures = {key: m[key] for key in ("images_per_s", "mfu", "achieved_tflops", "flops_per_image", "loss_finite")}
     details = {"loss_finite": f"loss {m['first_loss']:.3f} (warm-up epoch) -> {m['final_loss']:.3f}"}
     if m["mfu"] is None:
@@ -135,7 +135,7 @@ def resnet_result(m: dict) -> dict:
 
 
 def run_resnet(out: Path) -> dict:
-    from dpstudy.bench import throughput
+    from dpstudy.microbench import throughput
 
     m = throughput.measure("cuda")
     print(f"[gpu-check] resnet18: {m['images_per_s']:,.0f} img/s, {m['achieved_tflops']:.1f} TFLOP/s", flush=True)
@@ -164,7 +164,7 @@ def cuda_extension(out_dir: Path = REPO / "results" / "ext"):
 
 
 def grayscale_result(r: dict, peak_source: str) -> dict:
-    """Figures from dpstudy.bench.bandwidth.grayscale()."""
+    """Figures from dpstudy.microbench.bandwidth.grayscale()."""
     ext, check = r["extension"], r["check"]
     figures = {"fraction_of_peak": ext.get("fraction_of_peak"), "correct": check["correct"] and check["shape_ok"],
                "bandwidth_bps": ext["bandwidth_bps"], "median_ms": ext["median_s"] * 1e3,
@@ -183,7 +183,7 @@ def grayscale_result(r: dict, peak_source: str) -> dict:
 
 
 def run_grayscale(out: Path) -> dict:
-    from dpstudy.bench import bandwidth, peaks
+    from dpstudy.microbench import bandwidth, peaks
 
     ops, info = cuda_extension()
     peak_bps, source = peaks.memory_bandwidth(0)
@@ -204,7 +204,7 @@ def comm_plan(gpus: int) -> list[tuple[str, int]]:
 
 
 def comm_result(df, gpus: int, errors: dict[str, str]) -> dict:
-    """Figures from the comm.csv rows (dpstudy.bench.comm.COLUMNS) of the CUDA combinations."""
+    """Figures from the comm.csv rows (dpstudy.microbench.comm.COLUMNS) of the CUDA combinations."""
     figures, details, notes = {}, {}, []
     ran = True
     for backend in ("nccl", "gloo"):
@@ -233,8 +233,8 @@ def run_comm(out: Path) -> dict:
     import pandas as pd
     import torch
 
-    from dpstudy.atomic import write_csv
-    from dpstudy.bench import comm
+    from dpstudy.util.atomic import write_csv
+    from dpstudy.microbench import comm
 
     gpus = torch.cuda.device_count()
     frames, errors = [], {}

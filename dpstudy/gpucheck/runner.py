@@ -57,9 +57,9 @@ def _duration(seconds: float) -> str:
 def run_item(name: str, out: Path, number: int, total: int) -> None:
     """Run one item in a child process: its output echoed and logged, a hang stopped at the item's
     timeout, and a raw record written for it whatever happens."""
-    from dpstudy.atomic import atomic_output, write_text
+    from dpstudy.util.atomic import atomic_output, write_text
     from dpstudy.gpucheck import worker
-    from dpstudy.lifeline import child_dies_with_us
+    from dpstudy.util.lifeline import child_dies_with_us
 
     item = BY_NAME[name]
     raw = out / "raw" / f"{name}.json"

@@ -2,10 +2,10 @@
 
 It runs through real Snakemake from this interpreter, in the repository's own results/ tree, with
 every core and `--resources gpu=<visible GPUs>`, as `make run` would on this host. Snakemake then
-leaves out the cells that need more GPUs than that, with one warning naming them (dpstudy.study
+leaves out the cells that need more GPUs than that, with one warning naming them (dpstudy.study.sweeps
 .within_gpu_budget); a cell that does run on too few GPUs records itself as skipped with the
 reason. Either way counts as "skipped with the reason"; what is checked afterwards comes from
-results/tables (dpstudy.collect's columns):
+results/tables (dpstudy.analysis.collect's columns):
 
 - every single g1, dp g1, ddp g1 nccl and ddp g1 gloo cell is `ok`, on CUDA;
 - every cell needing more GPUs than visible is skipped (record) or left out (warning), naming GPUs;
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from dpstudy.atomic import atomic_output
+from dpstudy.util.atomic import atomic_output
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "results" / "tables"
@@ -40,7 +40,7 @@ def too_big_cells(visible: int, config_path: Path = REPO / "config" / "config.ya
     """{cell id: GPUs it needs} of the default study's cells that need more than `visible` GPUs."""
     import yaml
 
-    from dpstudy import study as studies
+    from dpstudy.study import sweeps as studies
 
     config = yaml.safe_load(config_path.read_text())
     config["device"] = "cuda"

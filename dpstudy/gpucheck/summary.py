@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpstudy.atomic import write_text
+from dpstudy.util.atomic import write_text
 from dpstudy.gpucheck.registry import FORMATS, ITEMS, NAMES, Figure, Item
 
 PASS, FAIL, NOT_RUN, NO_TARGET = "PASS", "FAIL", "not run", "no target"

@@ -22,7 +22,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dpstudy.atomic import write_text
+from dpstudy.util.atomic import write_text
 from dpstudy.gpucheck.registry import BY_NAME, NAMES
 
 SCHEMA = "dpstudy.gpucheck-raw/1"
@@ -38,8 +38,8 @@ def environment() -> dict:
     try:
         import torch
 
-        from dpstudy import envinfo
-        from dpstudy.provenance import code_version
+        from dpstudy.record import envinfo
+        from dpstudy.record.provenance import code_version
 
         env.update(torch=torch.__version__, torch_file=torch.__file__, cuda=torch.version.cuda,
                    cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,

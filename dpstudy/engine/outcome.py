@@ -1,0 +1,128 @@
+"""How a run ends: the record, written once, and the stop of every rank when one faults.
+
+The ok path is rank 0's. When a rank faults (out of memory, or anything unexpected) the other
+ranks are typically blocked inside a collective that will never complete, so the faulting rank
+writes the record itself (every rank holds the same all-reduced history), then drops a fault
+marker; a watchdog thread on every other rank sees it and ends that process with the agreed
+exit code. No rank waits on a collective timeout.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from dpstudy.record import fields as record
+from dpstudy.util.atomic import write_json
+
+FAULT_FILE = ".fault.json"
+EXIT_CODES = {"ok": 0, "skipped": 0, "oom": 0, "failed": 1}
+
+
+def is_oom(error: BaseException) -> bool:
+    # CPU allocators raise a plain RuntimeError; CUDA raises torch.OutOfMemoryError.
+    return isinstance(error, torch.OutOfMemoryError) or "can't allocate memory" in str(error)
+
+
+def summarise(error: BaseException) -> str:
+    frame = traceback.extract_tb(error.__traceback__)[-1:] or [None]
+    where = f" (at {Path(frame[0].filename).name}:{frame[0].lineno})" if frame[0] else ""
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}{where}"
+
+
+def steady_throughput(epochs: list[dict]) -> float:
+    """Samples per second over the steady window: every step after the run's warm-up steps, in
+    whichever epoch (dpstudy.engine.train). A run too short to leave the warm-up falls back to the
+    epochs after the first, or the only one."""
+    samples, seconds = sum(e.get("steady_samples", 0) for e in epochs), sum(e.get("steady_s", 0.0) for e in epochs)
+    if samples > 0 and seconds > 0:
+        return samples / seconds
+    steady = epochs[1:] or epochs
+    return sum(e["samples"] for e in steady) / sum(e["wall_s"] for e in steady)
+
+
+class Outcome:
+    def __init__(self, out_dir: str | Path, cell: str, spec: dict, t0: float):
+        self.out_dir = Path(out_dir)
+        self.record_path = self.out_dir / "record.json"
+        self.fault_path = self.out_dir / FAULT_FILE
+        self.cell, self.spec, self.t0 = cell, spec, t0
+        self.env: dict = {"torch": torch.__version__, "python": "", "hostname": "", "world_size": 0,
+                          "code_version": {}}
+        self.epochs: list[dict] = []
+        self.util: dict | None = None
+        self.probe: dict | None = None
+        self.startup_s: float | None = None
+        self._lock = threading.Lock()
+        self._done = False
+
+    def clear_previous(self) -> None:
+        """Before anything runs: an old record or fault marker must not stand for this run."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.record_path.unlink(missing_ok=True)
+        self.fault_path.unlink(missing_ok=True)
+
+    def write(self, status: str, reason: str | None = None) -> None:
+        with self._lock:
+            if self._done:
+                return
+            record.write(self.record_path, self.as_record(status, reason))
+            self._done = True
+
+    def as_record(self, status: str, reason: str | None) -> dict:
+        summary = {"total_s": time.time() - self.t0, "startup_s": self.startup_s}
+        if self.epochs:
+            steady = self.epochs[1:] or self.epochs  # epoch 1 is warm-up
+            summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
+            summary["samples_per_s"] = steady_throughput(self.epochs)
+            summary["final_test_acc"] = self.epochs[-1]["test_acc"]
+        return record.make(self.cell, status, reason, self.spec, self.env, self.epochs, summary, self.util,
+                           self.probe)
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    def fault(self, error: BaseException, rank: int, world_size: int) -> int:
+        """Record a fault (unless another rank's fault caused this one) and return the exit code."""
+        if world_size > 1:
+            other = self.wait_for_fault(timeout_s=3.0)
+            if other is not None and other["rank"] != rank:
+                return other["exit_code"]  # we only saw the consequence of another rank's fault
+        status = "oom" if is_oom(error) else "failed"
+        reason = f"rank {rank}: {summarise(error)}"
+        if status == "failed":
+            traceback.print_exception(error)
+        print(f"[dpstudy] {status}: {reason}", flush=True)
+        self.write(status, reason)
+        if world_size > 1:
+            write_json(self.fault_path, {"rank": rank, "status": status, "exit_code": EXIT_CODES[status]})
+        return EXIT_CODES[status]
+
+    def wait_for_fault(self, timeout_s: float) -> dict | None:
+        deadline = time.time() + timeout_s
+        while True:
+            if self.fault_path.exists():
+                return json.loads(self.fault_path.read_text())
+            if time.time() >= deadline:
+                return None
+            time.sleep(0.05)
+
+    def watch(self, rank: int, interval_s: float = 0.2) -> None:
+        """On this rank, exit as soon as another rank reports a fault."""
+
+        def run() -> None:
+            while True:
+                time.sleep(interval_s)
+                if self.fault_path.exists():
+                    fault = json.loads(self.fault_path.read_text())
+                    if fault["rank"] != rank:
+                        print(f"[dpstudy] rank {rank}: stopping, rank {fault['rank']} reported {fault['status']}",
+                              flush=True)
+                        os._exit(fault["exit_code"])
+
+        threading.Thread(target=run, name="fault-watch", daemon=True).start()

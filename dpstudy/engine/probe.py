@@ -1,0 +1,97 @@
+"""After training: the parts of a step that the scaling model needs (dpstudy.analysis.scaling).
+
+DDP (more than one rank): a step's forward and backward with the gradient all-reduce and without
+it (`no_sync`), and one all-reduce of the gradients' bytes alone. Their difference is the
+all-reduce time the backward did not hide; against the all-reduce alone it gives the overlap DDP
+achieved. DP (several GPUs): per step, scattering the batch, replicating the model and gathering
+the outputs. The probe runs after the last evaluation, takes no optimizer step and leaves the
+gradients empty, so it changes nothing the record reports. Times are the slowest rank's.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+STEPS = 8
+
+
+def measure(trainer, steps: int = STEPS) -> dict | None:
+    par = trainer.par
+    if par.mode == "ddp" and par.world_size > 1:
+        return ddp_overlap(trainer, steps)
+    if par.mode == "dp" and len(par.devices()) > 1:
+        return dp_transfers(trainer, steps)
+    return None
+
+
+def batches(trainer, count: int) -> list:
+    trainer.train_data.set_epoch(trainer.spec["epochs"] + 1)
+    return list(itertools.islice(iter(trainer.train_data), count))
+
+
+def per_step(trainer, work, steps: int) -> float:
+    """Seconds per call of work() over `steps` calls, after a device synchronize."""
+    trainer.par.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        work()
+    trainer.par.synchronize()
+    return (time.perf_counter() - start) / steps
+
+
+def ddp_overlap(trainer, steps: int) -> dict:
+    model, par = trainer.model, trainer.par
+    model.train()
+    data = itertools.cycle(batches(trainer, steps))
+
+    def step(sync: bool):
+        def work():
+            x, y = next(data)
+            with contextlib.nullcontext() if sync else model.no_sync():
+                with trainer.autocast():
+                    loss = F.cross_entropy(model(x), y)
+                loss.backward()
+            model.zero_grad(set_to_none=True)
+        return work
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=params[0].device)
+    for work in (step(True), step(False), lambda: dist.all_reduce(flat)):  # warm-up
+        work()
+    dist.barrier()
+    sync = per_step(trainer, step(True), steps)
+    nosync = per_step(trainer, step(False), steps)
+    dist.barrier()
+    allreduce = per_step(trainer, lambda: dist.all_reduce(flat), steps)
+    slowest = par.all_gather_floats([sync, nosync, allreduce])
+    return {"steps": steps, "sync_step_s": max(slowest[0::3]), "nosync_step_s": max(slowest[1::3]),
+            "allreduce_s": max(slowest[2::3]), "grad_bytes": flat.numel() * flat.element_size()}
+
+
+def dp_transfers(trainer, steps: int) -> dict:
+    model: nn.DataParallel = trainer.model
+    module, ids = model.module, model.device_ids
+    parts = {"scatter_s": 0.0, "replicate_s": 0.0, "gather_s": 0.0}
+    with torch.no_grad():
+        for x, _ in batches(trainer, steps):
+            x = x.to(f"cuda:{ids[0]}")
+            inputs = timed(trainer, parts, "scatter_s", lambda: nn.parallel.scatter(x, ids))
+            replicas = timed(trainer, parts, "replicate_s", lambda: nn.parallel.replicate(module, ids))
+            outputs = nn.parallel.parallel_apply(replicas[: len(inputs)], [(i,) for i in inputs])
+            timed(trainer, parts, "gather_s", lambda: nn.parallel.gather(outputs, ids[0]))
+    return {"steps": steps, **{k: v / steps for k, v in parts.items()}}
+
+
+def timed(trainer, totals: dict, key: str, work):
+    trainer.par.synchronize()
+    start = time.perf_counter()
+    result = work()
+    trainer.par.synchronize()
+    totals[key] += time.perf_counter() - start
+    return result

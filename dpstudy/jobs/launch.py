@@ -1,0 +1,261 @@
+"""Run one cell as one job: start its processes on the job's GPUs and make sure of how it ends.
+
+  python -m dpstudy.jobs.launch --spec JSON --cell ID --out DIR --log FILE --gpus G --cores C [--attempt K]
+
+The train rule execs this (G and C per node). It
+- starts `python -m dpstudy.engine` (single, dp), `torchrun --standalone` (ddp on one node) or,
+  inside a SLURM allocation, `srun torchrun --nnodes=N --rdzv-backend=c10d` (ddp on N nodes; the
+  rendezvous runs on the batch host, where this launcher runs). Outside SLURM a multi-node cell
+  runs as one process and train.py records why it was skipped;
+- gives the cell the GPUs its job reserved: those a scheduler put in CUDA_VISIBLE_DEVICES, else
+  free slots of this machine's pool (dpstudy.jobs.gpus); a job that reserved none sees no GPU;
+- dies with its parent and takes its child along (dpstudy.util.lifeline). On SIGTERM, SIGINT or
+  SIGHUP (a cancelled job, a time limit, Ctrl-C) it stops the child and leaves no record: the
+  cell is not finished and the next run reruns it;
+- writes a failed record when the child ends without one (the kernel killed a rank, torchrun
+  failed), so the report lists the cell with the reason instead of losing it, and the skipped
+  record of a cell that needs CUDA when its job reserved no GPU, without starting torch;
+- on a retry (attempt > 1) after SLURM stopped the previous attempt at its time or memory limit,
+  writes a failed record with SLURM's reason instead of training again (the cluster profiles
+  set `retries: 1` for this). A cancelled previous attempt ends the job without a record.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Iterator
+
+from dpstudy.jobs import gpus as gpu_pool
+
+from dpstudy.record import fields as record
+
+from dpstudy.jobs import slurm
+from dpstudy.util.atomic import write_json
+from dpstudy.record.envinfo import job_info, torch_origin, torch_version
+from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
+from dpstudy.record.provenance import code_version
+from dpstudy.study.spec import devices, hardware_gap
+
+# The ranks run the engine as a module, so an installed (not editable) dpstudy works too.
+TRAIN_MODULE = ("-m", "dpstudy.engine")
+ATTEMPT_FILE = "attempt.json"
+PARENT = os.getppid()  # read first thing: the parent this launcher must not outlive
+RECORD_WAIT_S = 10.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """A stop signal arrived before the child was started."""
+
+
+def torchrun() -> list[str]:
+    script = Path(sys.executable).parent / "torchrun"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:
+    """The command line that runs the cell's processes (see the module's docstring)."""
+    train = [*TRAIN_MODULE, "--spec", json.dumps(spec, sort_keys=True), "--out", str(out), "--cell", cell,
+             "--cores", str(cores)]
+    nodes, gpus = spec["nodes"], spec["gpus"]
+    if spec["mode"] != "ddp" or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
+        return [sys.executable, *train]
+    if nodes == 1:
+        return [*torchrun(), "--standalone", f"--nproc-per-node={gpus}", *train]
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cores}",
+            "--kill-on-bad-exit=1", *torchrun(), f"--nnodes={nodes}", f"--nproc-per-node={gpus}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={allocation.head}:{free_port()}",
+            f"--rdzv-id={allocation.job_id}", *train]
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+class Launcher:
+    def __init__(self, args: argparse.Namespace, log: IO[str]):
+        self.args, self.log = args, log
+        self.spec = json.loads(args.spec)
+        self.out = Path(args.out)
+        self.record_path = self.out / "record.json"
+        self.child: subprocess.Popen | None = None
+        self.stopped_by: int | None = None
+        self.t0 = time.time()
+
+    def say(self, message: str) -> None:
+        print(f"[dpstudy] {message}", file=self.log, flush=True)
+
+    def on_signal(self, signum: int, _frame) -> None:
+        self.stopped_by = signum
+        if self.child is None:
+            raise Stopped()
+        if self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
+
+    def run(self) -> int:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self.on_signal)
+        try:
+            if self.args.attempt > 1:
+                decided = self.after_previous_attempt()
+                if decided is not None:
+                    return decided
+            return self.train()
+        except Stopped:
+            return self.finish_stopped()
+
+    # ---- the training run -------------------------------------------------------------------
+
+    def train(self) -> int:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.record_path.unlink(missing_ok=True)  # an old record must not stand for this run
+        gap = hardware_gap(self.spec, 0) if self.args.gpus == 0 else None
+        if gap:  # the cell will see no GPU (see gpu_environment): no need to start torch to know
+            self.write_record("skipped", gap)
+            return 0
+        job = slurm.job_id()
+        allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
+        argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
+        with self.gpu_environment() as env:
+            write_json(self.out / ATTEMPT_FILE, {
+                "attempt": self.args.attempt, "host": socket.gethostname(),
+                "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "scheduler": "slurm" if job else "local", "job_id": job,
+                "stdout": slurm.stdout_path(job) if job else None,
+                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")})
+            self.say(f"running: {' '.join(argv[:12])}{' ...' if len(argv) > 12 else ''}")
+            self.child = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                          preexec_fn=child_dies_with_us(signal.SIGTERM))
+            code = self.child.wait()
+        if self.stopped_by is not None:
+            return self.finish_stopped()
+        return self.finish(code)
+
+    @contextlib.contextmanager
+    def gpu_environment(self) -> Iterator[dict[str, str]]:
+        env = dict(os.environ)
+        if self.args.gpus == 0:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a job that reserved no GPU must not use the node's
+            yield env
+            return
+        visible = gpu_pool.visible_gpu_count()
+        # A scheduler chose them, or this machine has too few (train.py records the skip).
+        if "CUDA_VISIBLE_DEVICES" in env or self.args.gpus > visible:
+            yield env
+            return
+        with gpu_pool.acquire(self.args.gpus, visible) as slots:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slots))
+            self.say(f"GPU slots {slots}")
+            yield env
+
+    def finish(self, code: int) -> int:
+        rec = self.wait_for_record()
+        if rec is not None:
+            self.say(f"cell {rec['status']}" + (f": {rec['reason']}" if rec["reason"] else ""))
+            return 0
+        if self.stopped_by is not None:  # stopped while waiting: the job is being torn down
+            return self.finish_stopped()
+        reason = f"the training processes ended ({describe_exit(code)}) without writing a record; see train.log"
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+            reason += " (SIGKILL: the kernel's out-of-memory killer?)"
+        self.write_record("failed", reason)
+        return 0
+
+    def finish_stopped(self) -> int:
+        name = signal.Signals(self.stopped_by).name
+        self.say(f"stopped by {name}: no record, the next run reruns this cell")
+        return 128 + self.stopped_by
+
+    def wait_for_record(self) -> dict | None:
+        # Rank 0 of a multi-node cell may write on another node: give the shared FS a moment.
+        deadline = time.monotonic() + (RECORD_WAIT_S if self.spec["nodes"] > 1 else 0)
+        while True:
+            try:
+                return record.read(self.record_path)
+            except (OSError, ValueError):
+                if time.monotonic() > deadline or self.stopped_by is not None:
+                    return None
+                time.sleep(0.2)
+
+    def write_record(self, status: str, reason: str) -> None:
+        """The record of a cell that ended here, without a training process to write it."""
+        self.say(f"cell {status}: {reason}")
+        world = devices(self.spec) if self.spec["mode"] == "ddp" else 1
+        env = {"torch": torch_version(), **torch_origin(), "python": platform.python_version(),
+               "hostname": socket.gethostname(), "world_size": world, "nodes": self.spec["nodes"],
+               "code_version": code_version(), "job": job_info()}
+        record.write(self.record_path, record.make(self.args.cell, status, reason, self.spec, env,
+                                                   summary={"total_s": time.time() - self.t0}))
+
+    # ---- retries ----------------------------------------------------------------------------
+
+    def after_previous_attempt(self) -> int | None:
+        """The exit code when SLURM's verdict on the previous attempt decides the job; None: train."""
+        try:
+            previous = json.loads((self.out / ATTEMPT_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if previous.get("scheduler") != "slurm" or not previous.get("job_id") or previous["job_id"] == slurm.job_id():
+            self.say(f"attempt {self.args.attempt}: the previous attempt left no scheduler verdict; training again")
+            return None
+        verdict = slurm.verdict(previous["job_id"], previous.get("stdout"))
+        self.say(f"attempt {self.args.attempt}: {verdict.text}")
+        if verdict.kind in ("time", "memory"):
+            self.write_record("failed", verdict.text)
+            return 0
+        if verdict.kind == "cancelled":
+            self.say("not training again in this run: run snakemake again to rerun the cell")
+            return 1
+        return None
+
+
+@contextlib.contextmanager
+def open_log(path: str, attempt: int) -> Iterator[IO[str]]:
+    """The job's log: a new file for the first attempt, appended to for retries."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w" if attempt <= 1 else "a", buffering=1) as log:
+        yield log
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, help="the cell's complete spec, a JSON object")
+    parser.add_argument("--cell", required=True, help="cell id")
+    parser.add_argument("--out", required=True, help="the cell's folder (record.json goes there)")
+    parser.add_argument("--log", required=True, help="log file of the job")
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs the job reserved per node (0: none)")
+    parser.add_argument("--cores", type=int, required=True, help="CPU cores of the cell per node")
+    parser.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt number (retries)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    die_with_parent(signal.SIGTERM, PARENT)  # Snakemake killed: stop (and take the child along)
+    with open_log(args.log, args.attempt) as log:
+        launcher = Launcher(args, log)
+        launcher.say(f"cell {args.cell}, attempt {args.attempt}, on {socket.gethostname()}"
+                     + (f", SLURM job {slurm.job_id()}" if slurm.job_id() else ""))
+        return launcher.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

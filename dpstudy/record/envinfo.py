@@ -1,0 +1,120 @@
+"""The environment a record was measured in (DESIGN 3.3 `env`).
+
+torch is imported where it is needed: the launcher reads the job's facts without paying for it.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from functools import cache
+from pathlib import Path
+
+from dpstudy.util import nvml
+from dpstudy.record.provenance import code_version
+
+
+@cache
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_names() -> list[str]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def driver_version() -> str | None:
+    return nvml.query(lambda n: n.nvmlSystemGetDriverVersion(), None)  # no NVIDIA driver: nothing to report
+
+
+def nccl_version() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception:
+        return None
+
+
+def _torch_package() -> Path | None:
+    """The folder of the torch package this Python imports, found without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
+def torch_version() -> str | None:
+    """torch.__version__ (with its local label, e.g. +cu130) read from its file: without importing torch."""
+    import re
+
+    package = _torch_package()
+    try:
+        text = (package / "version.py").read_text() if package else ""
+    except OSError:
+        return None
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def torch_origin() -> dict:
+    """Where torch comes from: {"torch_path": the folder that holds it, "torch_provider": "venv" when
+    the project's virtual environment installed it, "host" when the host provided it (make setup
+    TORCH=system, a cluster module, a container's Python run without a venv)}."""
+    package = _torch_package()
+    if package is None:
+        return {"torch_path": None, "torch_provider": None}
+    in_venv = sys.prefix != sys.base_prefix and package.resolve().is_relative_to(Path(sys.prefix).resolve())
+    return {"torch_path": str(package.parent), "torch_provider": "venv" if in_venv else "host"}
+
+
+def rank_host(rank: int, local_rank: int) -> dict:
+    """Where one rank runs: SLURM's node name when a SLURM step started it, else the hostname."""
+    hostname = socket.gethostname()
+    return {"rank": rank, "local_rank": local_rank, "hostname": hostname,
+            "node": os.environ.get("SLURMD_NODENAME", hostname)}
+
+
+def job_info() -> dict:
+    """The scheduler's view of this job: SLURM's job id, and the GPUs it was given."""
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    return {"scheduler": "slurm" if slurm_job else "local", "job_id": slurm_job,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def environment(world_size: int, device: str, threads: int, nodes: int = 1) -> dict:
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        **torch_origin(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "nccl": nccl_version(),
+        "python": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "cpu": cpu_name(),
+        "cpu_count": len(os.sched_getaffinity(0)),
+        "gpus": gpu_names(),
+        "driver": driver_version(),
+        "world_size": world_size,
+        "nodes": nodes,
+        "device": device,
+        "threads_per_process": threads,
+        "code_version": code_version(),
+        "job": job_info(),
+    }

@@ -1,0 +1,130 @@
+"""record.json (DESIGN 3.3): the schema every stage reads, and atomic writing.
+
+A record exists only when finished: it is written to a temporary file in the same folder and
+renamed into place, so a killed job never leaves a half-written record behind.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from dpstudy.util.atomic import write_json
+
+SCHEMA_ID = "dpstudy.record/1"
+STATUSES = ("ok", "oom", "skipped", "failed")
+
+_number = {"type": "number"}
+_maybe_number = {"type": ["number", "null"]}
+
+EPOCH_FIELDS = {
+    "epoch": {"type": "integer", "minimum": 1},
+    "train_loss": _number,
+    "train_acc": _number,
+    "test_loss": _number,
+    "test_acc": _number,
+    "wall_s": _number,  # training part of the epoch, clocks read after a device synchronize
+    "eval_s": _number,  # evaluation of the whole test set
+    "data_wait_s": _number,  # blocked waiting for the next batch
+    "compute_s": _number,  # wall_s - data_wait_s
+    "samples": {"type": "integer"},  # training samples processed, all ranks together
+    "samples_per_s": _number,
+    "peak_mem_mb": {"type": "array", "items": _number},  # one per rank (DP: per device)
+}
+# The epoch's steady window (training steps after the run's first `warmup_steps`); optional, as
+# records made before it existed have none.
+STEADY_FIELDS = {
+    "steady_s": _number,  # wall time of the epoch's steady steps (0 while still warming up)
+    "steady_samples": {"type": "integer"},  # their samples, all ranks together
+    "other_load": _number,  # cores the rest of the machine used during the epoch (dpstudy.engine.monitor.HostLoad)
+}
+
+SUMMARY_FIELDS = {
+    "final_test_acc": _maybe_number,
+    "median_epoch_s": _maybe_number,  # epochs >= 2 when there are several
+    "samples_per_s": _maybe_number,  # over the steady window (see outcome.steady_throughput)
+    "startup_s": _maybe_number,  # process start to the first epoch
+    "total_s": _maybe_number,  # process start to the record
+}
+
+RECORD_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["schema", "cell", "status", "reason", "spec", "env", "epochs", "summary"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "cell": {"type": "string"},
+        "status": {"enum": list(STATUSES)},
+        "reason": {"type": ["string", "null"]},
+        "spec": {"type": "object"},
+        "env": {
+            "type": "object",
+            "required": ["torch", "python", "hostname", "world_size", "code_version"],
+        },
+        "epochs": {
+            "type": "array",
+            "items": {"type": "object", "required": list(EPOCH_FIELDS), "properties": {**EPOCH_FIELDS, **STEADY_FIELDS}},
+        },
+        "summary": {"type": "object", "required": list(SUMMARY_FIELDS), "properties": SUMMARY_FIELDS},
+        "util": {"type": ["object", "null"]},
+        # optional: the parts of a step for the scaling model (dpstudy.engine.probe), DDP and DP only
+        "probe": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},
+    },
+}
+
+
+def validate(record: dict[str, Any]) -> None:
+    Draft202012Validator(RECORD_SCHEMA).validate(record)
+
+
+def empty_summary() -> dict[str, Any]:
+    return {key: None for key in SUMMARY_FIELDS}
+
+
+def make(cell: str, status: str, reason: str | None, spec: dict[str, Any], env: dict[str, Any],
+         epochs: list[dict[str, Any]] | None = None, summary: dict[str, Any] | None = None,
+         util: dict | None = None, probe: dict | None = None) -> dict[str, Any]:
+    """A record with every required field; what is not given stays empty."""
+    return {"schema": SCHEMA_ID, "cell": cell, "status": status, "reason": reason, "spec": spec, "env": env,
+            "epochs": list(epochs or []), "summary": {**empty_summary(), **(summary or {})}, "util": util,
+            "probe": probe}
+
+
+def write(path: str | Path, record: dict[str, Any]) -> None:
+    validate(record)
+    write_json(path, record)
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    with open(path) as f:
+        record = json.load(f)
+    validate(record)
+    return record
+
+
+def main() -> int:
+    """`python -m dpstudy.record.fields --status failed PATH`: exit 0 when PATH is a valid record with
+    that status. The train rule uses it to keep a failed cell's record for the report."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--status", choices=STATUSES, required=True)
+    parser.add_argument("path")
+    args = parser.parse_args()
+    try:
+        status = read(args.path)["status"]
+    except (OSError, ValueError) as e:
+        print(f"no valid record at {args.path}: {e}", file=sys.stderr)
+        return 1
+    if status != args.status:
+        print(f"{args.path} has status {status}, not {args.status}", file=sys.stderr)
+        return 1
+    print(f"kept {args.path}: the cell {status}; see its reason in the report", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

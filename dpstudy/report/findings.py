@@ -1,0 +1,460 @@
+"""The report's answers to the study's questions (../shared/sources/SUMMARY.md), from the tables.
+
+Every function takes the tables of dpstudy.analysis.collect ({"cells", "epochs", "util", "settings",
+"scaling"}) and returns markdown. Repeats of a cell are summarised with 95 % intervals
+(dpstudy.analysis.stats): a difference is claimed only when it is larger than its interval, and called
+"within noise" otherwise; a single run gets its number and no claim. A question the data cannot
+answer gets "Not measured in this study: <why>" instead of silence.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from dpstudy.analysis import stats
+from dpstudy.analysis.keys import BASELINE_KEYS, SETTING_KEYS
+from dpstudy.report.text import code, markdown_table, plural, significant, text
+
+Tables = dict[str, pd.DataFrame]
+
+
+def percent(fraction: float) -> str:
+    return f"{fraction * 100:.0f} %"
+
+
+def not_measured(why: str) -> str:
+    return f"*Not measured in this study:* {why}."
+
+
+def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1) -> str:
+    if mode == "single":
+        return "one device"
+    where = plural(gpus, "device") if nodes == 1 else f"{nodes} nodes x {plural(gpus, 'device')}"
+    return f"{'DP' if mode == 'dp' else f'DDP ({text(backend)})'} on {where}"
+
+
+# Rows are pandas Series (iterrows, .loc) or dicts: read them by key (Series.mode is a method).
+def who(row) -> str:
+    return setup_name(row["mode"], row["backend"], row["gpus"], row["nodes"])
+
+
+def batch_phrase(row) -> str:
+    per_device = row["batch_scope"] == "per_device" and row["devices"] > 1
+    return f"batch {row['batch']}" + (" per device" if per_device else "")
+
+
+def workload(row) -> str:
+    return f"{text(row['dataset'])}/{text(row['model'])}"
+
+
+def why_not_run(cells: pd.DataFrame, what: str = "") -> str:
+    """Why `cells` (the `what` cells a question needs) gave no data."""
+    kind = f"{what} cell" if what else "cell"
+    if cells.empty:
+        return f"the study has no {kind}s"
+    reasons = cells["reason"].dropna().unique() if cells["reason"].notna().any() else cells["status"].unique()
+    return f"no {kind} finished ({'; '.join(text(r) for r in sorted(map(str, reasons)))})"
+
+
+def finished(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells[cells["status"] == "ok"]
+
+
+def against(value: tuple, reference: float, above: str, below: str, same: str) -> str:
+    """`above`/`below` when the interval clears `reference`, else `same` (or nothing for one run)."""
+    side = stats.versus(value, reference)
+    if not stats.has_interval(value[1], value[2]):
+        return ""
+    return {1: above, -1: below, 0: same}[side]
+
+
+# ---- Naming a setting: every key the study varies -------------------------------------------
+
+# Keys the phrases below already name (workload, who, batch_phrase); any other key that varies in
+# the study is appended, so two settings never read the same.
+NAMED_KEYS = {"dataset", "model", "mode", "backend", "gpus", "nodes", "devices", "batch", "batch_scope",
+              "global_batch"}
+LIST_LIMIT = 12  # settings listed one per line; a larger study gets its best and worst and the overview
+
+
+def varied(tables: Tables) -> list[str]:
+    """The keys that take more than one value among the study's settings (or cells)."""
+    frame = tables["settings"] if not tables["settings"].empty else tables["cells"]
+    return stats.varied_keys(frame)
+
+
+def extra_keys(row, keys: list[str]) -> str:
+    extras = [f"{k} {value_text(row[k])}" for k in keys if k not in NAMED_KEYS]
+    return "".join(f", {e}" for e in extras)
+
+
+def value_text(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return "none" if pd.isna(v) else text(v)
+
+
+def setting_name(row, keys: list[str]) -> str:
+    """'synthetic/lenet, DDP (gloo) on 2 devices at batch 64, lr 0.01': each varied key named."""
+    return f"{workload(row)}, {who(row)} at {batch_phrase(row)}{extra_keys(row, keys)}"
+
+
+def runs_text(row) -> str:
+    """How many runs the interval rests on, or why there is none."""
+    if row["repeats"] < 2 or row["baseline_repeats"] < 2:
+        return f"{row['repeats']} vs {row['baseline_repeats']} runs: too few for an interval"
+    return f"{row['repeats']} vs {row['baseline_repeats']} runs"
+
+
+def noise_text(row) -> str:
+    """'noise 4 % / 6 %' (CV of throughput over repeats: the setting / its baseline)."""
+    parts = [percent(v) if pd.notna(v) else "n/a" for v in (row["noise_cv"], row["baseline_noise_cv"])]
+    return f"noise {parts[0]} / {parts[1]}"
+
+
+NOISIER = "noisier than its effect"
+
+
+def speedup_verdict(row) -> str:
+    """faster / slower / within noise of one device, NOISIER, or '' with too few runs."""
+    if row["noisy"]:
+        return NOISIER
+    return against(stats.value(row, "speedup"), 1.0, "faster than one device", "slower than one device",
+                   "within noise of one device")
+
+
+def verdict_text(row) -> str:
+    verdict = speedup_verdict(row)
+    if verdict == NOISIER:
+        noise = max(v for v in (row["noise_cv"], row["baseline_noise_cv"]) if pd.notna(v))
+        return (f"**{verdict}**: the noise ({percent(noise)}) is larger than the effect "
+                f"({percent(abs(row['speedup'] - 1))}), it cannot be told apart from one device")
+    return f"**{verdict}**" if verdict else ""
+
+
+def speedup_line(row, keys: list[str]) -> str:
+    value, efficiency = stats.value(row, "speedup"), stats.value(row, "efficiency")
+    verdict = verdict_text(row)
+    return (f"- {setting_name(row, keys)}: {stats.interval_text(value, unit='x')} one device's throughput, "
+            f"{stats.interval_text(tuple(v * 100 for v in efficiency), '{:.0f}', ' %')} efficiency "
+            f"({runs_text(row)}; {noise_text(row)})" + (f": {verdict}." if verdict else "."))
+
+
+def listed(rows: pd.DataFrame, line, by: str) -> list[str]:
+    """Every row's line, or for a large study the best and the worst few by `by` and a pointer to
+    the overview and the CSV tables for the rest."""
+    if len(rows) <= LIST_LIMIT:
+        return [line(r) for _, r in rows.iterrows()]
+    ranked = rows.sort_values(by, ascending=False)
+    shown = LIST_LIMIT // 2
+    return (["Best by " + by.replace("_", " ") + ":"] + [line(r) for _, r in ranked.head(shown).iterrows()]
+            + ["", "Worst:"] + [line(r) for _, r in ranked.tail(shown).iterrows()]
+            + ["", f"The other {len(rows) - 2 * shown} settings: in the overview above and in "
+               "`results/tables/settings.csv`."])
+
+
+# ---- When does DP or DDP beat one device, by how much, and why not n x? -----------------------
+
+SPEEDUP_DEFINITION = (
+    "A setting's speedup is the geometric mean of its repeats' throughput (samples/s in the steady "
+    "window) over that of its single-device baseline (the same settings on one device), with a 95 % "
+    f"interval from a {stats.METHOD} (chosen because it holds its coverage at 3 repeats; see the README). "
+    "Efficiency is speedup per device. Noise is the coefficient of variation of throughput over the "
+    "repeats, of the setting / of its baseline; a setting whose noise is larger than the effect it would "
+    "claim is flagged.")
+
+
+def speedup(tables: Tables) -> str:
+    cells, settings = tables["cells"], tables["settings"]
+    multi_cells = cells[cells["devices"] > 1]
+    rows = settings[(settings["devices"] > 1) & settings["speedup"].notna()]
+    if rows.empty:
+        why = why_not_run(multi_cells, "multi-device")
+        if not finished(multi_cells).empty:
+            why = "no finished multi-device cell has a matching single-device cell that finished"
+        return not_measured(why)
+    keys = varied(tables)
+    verdicts = [speedup_verdict(r) for _, r in rows.iterrows()]
+    lines = listed(rows, lambda r: speedup_line(r, keys), "speedup")
+    counted = {v: verdicts.count(v) for v in set(verdicts) if v}
+    summary = (", ".join(f"{n} {v}" for v, n in sorted(counted.items())) + ", judged by the 95 % intervals"
+               " and the noise" if counted else "no interval to decide on (run the study with `repeats` > 1)")
+    lines.append(f"\nOf {plural(len(rows), 'multi-device setting')}: {summary}. Ideal: n devices n times as fast "
+                 "(100 % efficiency).")
+    return SPEEDUP_DEFINITION + "\n\n" + "\n".join(lines) + "\n\n" + across_nodes(rows, keys)
+
+
+BUSY_CORES = 0.25  # other processes' mean CPU (cores) above which a run counts as measured on a busy host
+
+
+def busy_text(tables: Tables) -> str:
+    """Which runs shared the machine with other processes: the first suspect for their noise."""
+    cells = finished(tables["cells"])
+    if "other_load" not in cells or cells["other_load"].isna().all():
+        return ""
+    busy = cells[cells["other_load"] > BUSY_CORES]
+    if busy.empty:
+        return (f" No run shared the machine: other processes used at most {cells['other_load'].max():.2f} cores "
+                "while a cell trained.")
+    return (f" **{plural(len(busy), 'run')} of {len(cells)} shared the machine** with other processes (more than "
+            f"{BUSY_CORES} cores on average while training, up to {busy['other_load'].max():.2f}): their "
+            "throughput is lower and noisier than a quiet machine's; run the study alone for numbers to publish.")
+
+
+def single_noise(tables: Tables) -> str:
+    """The noise floor: CV of a single-device setting's throughput over its repeats."""
+    settings = tables["settings"]
+    singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
+    if singles.empty:
+        return not_measured("the noise floor needs a single-device setting with more than one repeat")
+    keys = varied(tables)
+    lines = [f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'])} over {r['repeats']} runs "
+             f"({stats.interval_text(stats.value(r, 'samples_per_s'), significant, ' samples/s')})"
+             for _, r in singles.iterrows()]
+    return (f"Noise floor: the single-device throughput varies by a median CV of "
+            f"{percent(singles['noise_cv'].median())} between repeats (largest {percent(singles['noise_cv'].max())})."
+            + busy_text(tables) + "\n\n"
+            + "\n".join(lines[:LIST_LIMIT]) + ("" if len(lines) <= LIST_LIMIT else
+                                               f"\n- ... {len(lines) - LIST_LIMIT} more in `results/tables/settings.csv`"))
+
+
+def across_nodes(rows: pd.DataFrame, named: list[str] = ()) -> str:
+    """Intra- vs inter-node scaling: DDP at equal world size on one node and on several."""
+    keys = [k for k in SETTING_KEYS if k not in ("gpus", "nodes")]
+    ddp = rows[rows["mode"] == "ddp"]
+    pairs = []
+    for _, group in ddp.groupby(keys, dropna=False):
+        for _, far in group[group["nodes"] > 1].iterrows():
+            for _, near in group[group["nodes"] == 1].iterrows():
+                pairs.append(f"- {workload(far)} at {batch_phrase(far)}{extra_keys(far, named)}: {plural(far['devices'], 'device')} on one "
+                             f"node reached {near['efficiency'] * 100:.0f} % efficiency, spread over {far['nodes']} "
+                             f"nodes {far['efficiency'] * 100:.0f} % ({far['samples_per_s'] / near['samples_per_s']:.2f}x "
+                             "the one-node throughput).")
+    if pairs:
+        return "Intra- vs inter-node scaling (same world size):\n" + "\n".join(pairs[:LIST_LIMIT]) + "\n"
+    if (ddp["nodes"] > 1).any():
+        return "Inter-node scaling: the multi-node cells have no one-node cell of the same world size to compare with.\n"
+    return ""
+
+
+MODEL_INTRO = ("The model rebuilds each multi-device epoch from parts measured elsewhere: the single-device "
+               "cell's compute split n ways, the cell's own waiting for data, the gradient all-reduce from "
+               "comm_bench's bus bandwidth minus what the backward hid (the `no_sync` probe), and DP's "
+               "scatter, replicate and gather. Against the ideal epoch (one device's divided by n), the "
+               "measured losses add up to the measured epoch: extra data wait, the all-reduce the backward "
+               "left exposed (steps with it minus steps under `no_sync`), DP's transfers, per-device compute "
+               "beyond 1/n (the steps under `no_sync`), and the rest (optimizer steps, the loop's overhead).")
+
+
+def loss_text(value: float, noise: float) -> str:
+    """A loss in seconds; a negative one says whether it is within the noise (then it is noise)."""
+    if pd.isna(value):
+        return "n/a"
+    if value >= 0:
+        return significant(value)
+    if pd.isna(noise):
+        return f"{significant(value)} (noise unknown: one run)"
+    return f"{significant(value)} ({'noise' if -value <= noise else 'gain beyond noise'})"
+
+
+NEGATIVE_NOTE = ("A negative term means that part took less than its ideal share. Where it is smaller than "
+                 "the epoch's noise (the standard deviation of the measured epoch over repeats, baseline's "
+                 "share included: the `noise s` column) it is measurement noise, not a gain, and is marked "
+                 "(noise); one that is larger is marked (gain beyond noise): e.g. smaller per-device steps that "
+                 "fit a cache better. Without repeats the noise is unknown.")
+
+
+def why_not_n(tables: Tables) -> str:
+    """Predicted vs measured speedup per setting, and the largest term that keeps it from n x."""
+    from dpstudy.analysis.scaling import LOSSES, by_setting
+
+    model = by_setting(tables["scaling"], tables["settings"])
+    if model.empty:
+        return not_measured("the scaling model needs a finished multi-device cell and its finished "
+                            "single-device baseline")
+    keys = varied(tables)
+
+    def measured(r) -> str:
+        return stats.interval_text(stats.value(r, "measured_speedup"), unit="x")
+
+    def line(r) -> str:
+        loss = max(r[k] for k in LOSSES if pd.notna(r[k]))
+        return (f"- {setting_name(r, keys)}: measured {measured(r)}, model {r['predicted_speedup']:.2f}x of an "
+                f"ideal {r['devices']}x. Largest loss: **{r['largest']}** ({significant(loss)} s of a "
+                f"{significant(r['measured_s'])} s epoch whose ideal is {significant(r['ideal_s'])} s).")
+
+    lines = [MODEL_INTRO, "", *listed(model, line, "measured_speedup")]
+    na = lambda form: lambda v: "n/a" if pd.isna(v) else form(v)  # noqa: E731
+    shown = model if len(model) <= LIST_LIMIT else model.sort_values("measured_speedup").iloc[
+        list(range(LIST_LIMIT // 2)) + list(range(-(LIST_LIMIT // 2), 0))]
+    table = pd.DataFrame({
+        "setting": [setting_name(r, keys) for _, r in shown.iterrows()],
+        "measured": [measured(r) for _, r in shown.iterrows()],
+        "model": shown["predicted_speedup"].map("{:.2f}x".format),
+        "epoch s (ideal)": [f"{significant(m)} ({significant(i)})" for m, i in zip(shown["measured_s"], shown["ideal_s"])],
+        "noise s": shown["noise_s"].map(na(significant)),
+        "extra data wait s": [loss_text(v, n) for v, n in zip(shown["loss_data_s"], shown["noise_s"])],
+        "all-reduce s: model (exposed)": [f"{na(significant)(a)} ({loss_text(e, n)})"
+                                          for a, e, n in zip(shown["allreduce_s"], shown["loss_sync_s"], shown["noise_s"])],
+        "hidden by backward": shown["overlap"].map(na(percent)),
+        "DP transfers s": [loss_text(v, n) for v, n in zip(shown["loss_dp_s"], shown["noise_s"])],
+        "per-device compute s": [loss_text(v, n) for v, n in zip(shown["loss_compute_s"], shown["noise_s"])],
+        "rest s": [loss_text(v, n) for v, n in zip(shown["loss_other_s"], shown["noise_s"])],
+    })
+    sources = ", ".join(sorted(model["allreduce_source"].dropna().unique()))
+    return "\n".join(lines) + "\n\n" + markdown_table(table, escape=False) + "\n\n" + NEGATIVE_NOTE + (
+        f"\n\nMeasured: the setting's speedup with its 95 % interval (as above). All-reduce times from: {sources} "
+        "(comm_bench: its bus bandwidth at the gradients' size; probe: an all-reduce of the gradients' bytes timed "
+        "in the cell).")
+
+
+# ---- Is accuracy the same across modes? -------------------------------------------------------
+
+def accuracy(tables: Tables) -> str:
+    settings = tables["settings"].dropna(subset=["final_test_acc"])
+    note = ("Test accuracy is computed once over the whole test set, counts all-reduced across ranks "
+            "(not per rank).")
+    groups = [g for _, g in settings.groupby(list(BASELINE_KEYS), dropna=False) if len(g) > 1]
+    keys = [k for k in varied(tables) if k in BASELINE_KEYS]
+    if not groups:
+        return not_measured("no setting finished in more than one mode") + " " + note
+    lines, widest = [], None
+    for group in groups:
+        best, worst = group.loc[group["final_test_acc"].idxmax()], group.loc[group["final_test_acc"].idxmin()]
+        gap = best["final_test_acc"] - worst["final_test_acc"]
+        claim = stats.compare(stats.value(best, "final_test_acc"), stats.value(worst, "final_test_acc"))
+        if widest is None or gap > widest[0]:
+            widest = (gap, best, worst, claim)
+        parts = ", ".join(f"{who(r)} {stats.interval_text(tuple(v * 100 for v in stats.value(r, 'final_test_acc')), '{:.1f}', ' %')}"
+                          for _, r in group.iterrows())
+        verdict = "differ beyond noise" if claim else ("within noise" if group["repeats"].min() > 1 else
+                                                       "one run each: no claim")
+        lines.append(f"- {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}: {parts}: {verdict}.")
+    gap, best, worst, claim = widest
+    head = (f"Final test accuracy differed by at most {gap * 100:.1f} points across modes at equal settings "
+            f"(largest gap: {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}, {who(best)} {best['final_test_acc'] * 100:.1f} % "
+            f"vs {who(worst)} {worst['final_test_acc'] * 100:.1f} %"
+            + ("; beyond noise" if claim else "; within noise" if worst["repeats"] > 1 else "") + ").")
+    if len(lines) > LIST_LIMIT:
+        lines = lines[:LIST_LIMIT] + [f"- ... {len(lines) - LIST_LIMIT} more groups in `results/tables/settings.csv`."]
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + note
+
+
+# ---- How much of each step is waiting for data? -----------------------------------------------
+
+def steady_epochs(epochs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Epochs of finished cells after the warm-up epoch."""
+    return epochs[~epochs["warmup"].astype(bool) & epochs["cell"].isin(finished(cells)["cell"])]
+
+
+def wait_share(epochs: pd.DataFrame) -> float:
+    return epochs["data_wait_s"].sum() / epochs["wall_s"].sum()
+
+
+def loader_name(loader: str, workers: int, augment: str | None = None) -> str:
+    name = "loader device" if loader == "device" else f"loader torch/{plural(workers, 'worker')}"
+    return name + (f", augment {text(augment)}" if augment else "")
+
+
+def data_wait(tables: Tables) -> str:
+    """Share of the training time spent waiting for data, by loader (and by mode)."""
+    cells, steady = tables["cells"], steady_epochs(tables["epochs"], tables["cells"])
+    if steady.empty:
+        return not_measured(why_not_run(cells))
+    keys = ["loader", "workers"] + (["augment"] if steady["augment"].nunique() > 1 else [])
+    shares = steady.groupby(keys).apply(wait_share).sort_values(ascending=False)
+    named = [f"{percent(v)} with {loader_name(*(k if isinstance(k, tuple) else (k,)))}" for k, v in shares.items()]
+    text = f"Waiting for data took {named[0].replace(' with ', ' of the training time with ', 1)}"
+    text += " (the only loader in this study)." if len(named) == 1 else f" vs {', '.join(named[1:])}."
+    by_mode = steady.groupby(["mode", "backend", "gpus", "nodes"]).apply(wait_share)
+    return text + " By mode: " + ", ".join(f"{setup_name(*k)} {percent(v)}" for k, v in by_mode.items()) + "."
+
+
+# ---- NCCL vs Gloo -----------------------------------------------------------------------------
+
+def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
+    cells, settings = tables["cells"], tables["settings"]
+    ddp_cells = cells[cells["mode"] == "ddp"]
+    ddp = settings[settings["mode"] == "ddp"]
+    keys = [k for k in SETTING_KEYS if k != "backend"]
+    keys_named = varied(tables)
+    lines = []
+    for _, group in ddp.groupby(keys, dropna=False):
+        by_backend = group.set_index("backend")
+        if {"nccl", "gloo"} <= set(by_backend.index):
+            nccl, gloo = by_backend.loc["nccl"], by_backend.loc["gloo"]
+            claim = stats.compare(stats.value(nccl, "samples_per_s"), stats.value(gloo, "samples_per_s"))
+            verdict = {1: "NCCL faster beyond noise", -1: "Gloo faster beyond noise",
+                       0: "within noise" if min(nccl["repeats"], gloo["repeats"]) > 1 else "one run each: no claim"}[claim]
+            row = group.iloc[0]
+            lines.append(f"- {workload(row)} on {plural(row['devices'], 'device')} at {batch_phrase(row)}"
+                         f"{extra_keys(row, keys_named)}: NCCL reached "
+                         f"{nccl['samples_per_s'] / gloo['samples_per_s']:.2f}x the throughput of Gloo "
+                         f"({significant(nccl['samples_per_s'])} vs {significant(gloo['samples_per_s'])} samples/s): "
+                         f"{verdict}.")
+    if lines:
+        text = "\n".join(lines[:LIST_LIMIT]) + (f"\n- ... {len(lines) - LIST_LIMIT} more in "
+                                                 "`results/tables/settings.csv`." if len(lines) > LIST_LIMIT else "")
+    else:
+        missing = [b for b in ("nccl", "gloo") if finished(ddp_cells[ddp_cells["backend"] == b]).empty]
+        why = "; ".join(why_not_run(ddp_cells[ddp_cells["backend"] == b], b.upper()) for b in missing)
+        text = not_measured(f"NCCL vs Gloo needs both at equal settings: {why or 'no equal settings ran'}")
+    if comm is None or comm.empty:
+        return text + "\n\n" + not_measured("the all-reduce bandwidth (no comm benchmark results, comm.csv)")
+    return text + "\n\nThe all-reduce microbenchmark below measures the bandwidth behind the gap."
+
+
+# ---- Memory and utilisation -------------------------------------------------------------------
+
+def memory(tables: Tables) -> str:
+    """Peak memory per rank: the spread between the fullest and the emptiest device, per mode."""
+    multi = tables["cells"][tables["cells"]["devices"] > 1]
+    ok = finished(multi).dropna(subset=["peak_mem_mb_max", "peak_mem_mb_min"])
+    lines = []
+    for mode in ("dp", "ddp"):
+        rows = ok[ok["mode"] == mode]
+        if rows.empty:
+            lines.append(f"- {mode.upper()}: {not_measured(why_not_run(multi[multi['mode'] == mode], mode.upper()))}")
+            continue
+        ratio = rows["peak_mem_mb_max"] / rows["peak_mem_mb_min"]
+        r = rows.loc[ratio.idxmax()]
+        lines.append(f"- {setup_name(r['mode'], r['backend'], r['gpus'], r['nodes'])}: the fullest device peaked at "
+                     f"{ratio.max():.2f}x the memory of the emptiest ({r['peak_mem_mb_max']:.0f} MB vs "
+                     f"{r['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)}).")
+    return ("\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "
+            "peak resident set on CPU (last epoch).")
+
+
+def utilisation(tables: Tables) -> str:
+    util, cells = tables["util"], tables["cells"]
+    if util.empty:
+        ran_on = ", ".join(text(d) for d in sorted(cells["env_device"].dropna().unique())) or "unknown"
+        return not_measured(f"GPU utilisation was not sampled (the cells ran on {ran_on})")
+    means = util.groupby(["cell", "device"])["gpu_util"].mean()
+    lines = [f"- {code(cell)}: " + ", ".join(f"GPU {text(d)} {v:.0f} %" for (_, d), v in per.items())
+             + " busy on average." for cell, per in means.groupby(level=0)]
+    more = len(lines) - LIST_LIMIT
+    return "\n".join(lines[:LIST_LIMIT]) + (
+        f"\n- ... {plural(more, 'more cell')} in `results/tables/util.csv`." if more > 0 else "")
+
+
+# ---- Microbenchmarks --------------------------------------------------------------------------
+
+def kernels(table: pd.DataFrame | None) -> str:
+    from dpstudy.report.text import kernels_table
+
+    if table is None or table.empty:
+        return not_measured("custom kernels vs a Python loop vs PyTorch's ops (no kernel benchmark results, kernels.csv)")
+    compact, skipped = kernels_table(table)
+    return (markdown_table(compact) + "\n\nMedian time per call; loops run on a part of the input and are scaled "
+            "to the whole." + "".join(f"\n- {line}" for line in skipped))
+
+
+def comm(table: pd.DataFrame | None) -> str:
+    from dpstudy.report.text import comm_table
+
+    if table is None or table.empty:
+        return not_measured("the all-reduce bandwidth (no comm benchmark results, comm.csv)")
+    compact, skipped = comm_table(table)
+    text = markdown_table(compact) if not compact.empty else not_measured("no backend could run here")
+    return (text + "\n\nBus bandwidth as nccl-tests defines it (algorithm bandwidth x 2(n-1)/n), median over "
+            "iterations, slowest rank." + "".join(f"\n- {line}" for line in skipped))

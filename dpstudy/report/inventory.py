@@ -1,0 +1,126 @@
+"""The report's bookkeeping: where the study ran, which cells did not finish or are stale, and
+the compact listing of every cell. Markdown from the tables of dpstudy.analysis.collect: every string from
+a record (hostnames, paths, commits, job ids, nodes, cell ids, reasons) goes through
+dpstudy.report.text.text() or code(), so it shows as text."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dpstudy.report.text import code, code_block, markdown_table, not_run_lines, plural, seconds, significant, text
+
+RERUN = "snakemake --cores 1 --resources gpu=2 --forcerun $(cat {stale})"
+
+
+def values(column: pd.Series, empty: str = "unknown", sep: str = ", ") -> str:
+    """The distinct values, sorted, as markdown text; whole floats (a CSV column with gaps) shown as integers."""
+    distinct = {int(v) if isinstance(v, float) and v.is_integer() else v for v in column.dropna()}
+    return sep.join(text(v) for v in sorted(distinct, key=str)) or empty
+
+
+def gpu_summary(gpu_names: pd.Series) -> str:
+    """'2 x NVIDIA H100' from the longest list of visible GPUs ('; '-joined in cells.csv)."""
+    lists = [names.split("; ") for names in gpu_names.dropna()]
+    if not lists:
+        return "none"
+    counts = pd.Series(max(lists, key=len)).value_counts(sort=False)
+    return ", ".join(f"{n} x {text(name)}" for name, n in counts.items())
+
+
+def environment(cells: pd.DataFrame, study: str) -> str:
+    counts = ", ".join(f"{n} {text(status)}" for status, n in cells["status"].value_counts().items())
+    return "\n".join([
+        f"- **Study** {code(study)}: {plural(len(cells), 'cell')} ({counts})",
+        f"- **PyTorch** {values(cells['torch'])}{torch_origin(cells)}, CUDA {values(cells['cuda'], 'none')}, "
+        f"Python {values(cells['python'])}",
+        f"- **Host** {values(cells['hostname'])}; CPU: {values(cells['cpu'])}; "
+        f"GPUs: {gpu_summary(cells['gpu_names'])}",
+        f"- **Ran on** {values(cells['env_device'])}; world sizes {values(cells['world_size'])}; "
+        f"threads per process {values(cells['threads_per_process'])}",
+        f"- **Training code** git {values(cells['git_commit'])}, source hash {values(cells['source_hash'])}",
+        f"- **Jobs** {jobs(cells)}",
+    ])
+
+
+def torch_origin(cells: pd.DataFrame) -> str:
+    """' (the host's, from /opt/torch/...)' when the host provided PyTorch (make setup TORCH=system),
+    ' (dpstudy's venv)' when the project's venv installed it; empty for records without the fact."""
+    if "torch_provider" not in cells:
+        return ""
+    host = cells[cells["torch_provider"] == "host"]
+    venv = cells[cells["torch_provider"] == "venv"]
+    parts = []
+    if not host.empty:
+        share = "" if venv.empty else f" for {plural(len(host), 'cell')}"
+        parts.append(f"the host's{share}, from {values(host['torch_path'])}")
+    if not venv.empty:
+        parts.append("dpstudy's venv" + ("" if host.empty else f" for {plural(len(venv), 'cell')}"))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def jobs(cells: pd.DataFrame) -> str:
+    """How the cells' jobs ran: locally, or as scheduler jobs on which nodes."""
+    if "scheduler" not in cells or cells["scheduler"].dropna().empty:
+        return "unknown (records without job facts)"
+    parts = []
+    for scheduler, group in cells.groupby(cells["scheduler"].fillna("unknown")):
+        count = plural(len(group), "cell")
+        if scheduler == "slurm":
+            nodes = values(group["rank_nodes"].dropna().astype(str).str.split("; ").explode(), "unknown")
+            parts.append(f"{count} as SLURM jobs (ids {values(group['job_id'].astype('string'))}) on nodes {nodes}")
+        else:
+            parts.append(f"{count} {text(scheduler)}")
+    return "; ".join(parts)
+
+
+def not_run(cells: pd.DataFrame) -> str:
+    """The cells that did not finish, one line per status and reason."""
+    rest = cells[cells["status"] != "ok"]
+    if rest.empty:
+        return "Every cell finished."
+    return "\n".join(f"- {line}" for line in not_run_lines(rest, "cell", lambda r: code(r.cell)))
+
+
+def stale(cells: pd.DataFrame, stale_file: str) -> str:
+    old = cells[cells["stale"].astype(bool)]
+    if old.empty:
+        return "Every cell was made with the current training code."
+    shown = 10  # the rest are in the stale file the rerun command reads
+    names = ", ".join(code(c) for c in old["cell"].head(shown)) + (
+        f" and {len(old) - shown} more" if len(old) > shown else "")
+    count = "1 cell was" if len(old) == 1 else f"{len(old)} cells were"
+    return (f"**{count} made with older training code (stale):** {names}. Rerun with\n\n"
+            + code_block(RERUN.format(stale=stale_file)))
+
+
+LISTING = {"samples_per_s": ("samples/s", significant), "speedup": ("speedup", lambda v: f"{v:.2f}x"),
+           "efficiency": ("efficiency", lambda v: f"{v * 100:.0f} %"),
+           "final_test_acc": ("test acc", lambda v: f"{v * 100:.1f} %"),
+           "median_epoch_s": ("epoch", seconds), "total_s": ("job", seconds)}
+
+
+LISTING_LIMIT = 40  # rows; a larger study's cells are in cells.csv, its settings summarised above
+
+
+def cell_listing(cells: pd.DataFrame, limit: int = LISTING_LIMIT) -> str:
+    """Every finished cell with its numbers rounded for reading (the first `limit`, and where the
+    rest are); the others are listed above."""
+    ok = cells[cells["status"] == "ok"]
+    if ok.empty:
+        return "No cell finished."
+    more = len(ok) - limit
+    ok = ok.head(limit)
+    # object dtype: a str column may store the Safe values of code() as plain str, escaped again
+    table = pd.DataFrame({"cell": pd.Series([code(c) for c in ok["cell"]], index=ok.index, dtype=object)})
+    for column, (title, form) in LISTING.items():
+        table[title] = ok[column].map(lambda v, form=form: "" if pd.isna(v) else form(v))
+    table["stale"] = ok["stale"].map({True: "yes", False: ""})
+    rest = f"\n\n... and {plural(more, 'more finished cell')}: `results/tables/cells.csv` has every cell." if more > 0 else ""
+    return markdown_table(table) + rest
+
+
+def configuration(path: str | Path) -> str:
+    """The report's last section: the study's config file (`path`, which exists) shown as it is."""
+    return (f"## Configuration\n\n{code(path)}:\n\n"
+            + code_block(Path(path).read_text(encoding="utf-8"), "yaml"))

@@ -1,0 +1,72 @@
+"""What a job asks Snakemake or a cluster scheduler for, computed from its cell.
+
+The names are Snakemake's standard resources (mem_mb, runtime, cpus_per_task, nodes, tasks,
+mpi) and those snakemake-executor-plugin-slurm and the cluster-generic submit template read
+(gpu, gres, cpus_per_gpu), so one table serves the local run and every cluster profile. Values
+are per node where the scheduler counts per node (mem_mb, cpus_per_task, gres), and a None
+leaves a resource unset (Snakemake drops it).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from dpstudy.study.schema import ConfigError
+
+# Resources of the train rule, in the order the rule declares them.
+TRAIN_RESOURCES = ("gpu", "gres", "cpus_per_task", "cpus_per_gpu", "mem_mb", "runtime", "nodes", "tasks",
+                   "tasks_per_gpu", "mpi", "node_gpus", "node_cores")
+
+
+def requests_gpus(study: dict[str, Any], visible_gpus: int) -> bool:
+    """Whether the study's jobs reserve GPUs (config `request_gpus`, see dpstudy/study/schema.yaml)."""
+    device, request = study["device"], study["request_gpus"]
+    if device == "cuda" and request == "never":
+        raise ConfigError("config: device 'cuda' needs GPUs, but request_gpus is 'never'")
+    if device == "cpu" or request == "never":
+        return False
+    return request == "always" or device == "cuda" or visible_gpus > 0
+
+
+def comm_bench_gpus(gpu_jobs: bool, visible_gpus: int, wanted: int = 2) -> int:
+    """GPUs the all-reduce microbenchmark reserves: `wanted`, but no more than this host shows
+    (on a 1-GPU host it measures what one GPU can); all of them where the planning host sees none
+    (a cluster's login node); none in a study that reserves no GPU."""
+    if not gpu_jobs:
+        return 0
+    return min(wanted, visible_gpus) if visible_gpus else wanted
+
+
+def cell_cores(spec: dict[str, Any]) -> int:
+    """Cores per node: one per device (process on CPU) and one per DataLoader worker."""
+    return spec["gpus"] * (1 + spec["workers"])
+
+
+def processes_per_node(spec: dict[str, Any]) -> int:
+    return spec["gpus"] if spec["mode"] == "ddp" else 1
+
+
+def train_resources(spec: dict[str, Any], job: dict[str, Any], gpus: bool) -> dict[str, Any]:
+    """Resources of one cell's train job. `job` is the cell's job_resources (dpstudy/study/schema.yaml),
+    `gpus` whether the study reserves GPUs.
+
+    One node: gpu=G (Snakemake's --resources and the plugin's --gpus), cores per GPU or per task.
+    Several nodes: one task per node (`mpi`: the job's own command starts them with srun), GPUs
+    per node as gres; tasks_per_gpu 0 keeps the plugin from reading `tasks` as tasks per GPU.
+    """
+    nodes, cores = spec["nodes"], cell_cores(spec)
+    several = nodes > 1
+    return {
+        "gpu": None if several else spec["gpus"] if gpus else 0,
+        "gres": f"gpu:{spec['gpus']}" if gpus and several else None,
+        "cpus_per_task": None if gpus and not several else cores,
+        "cpus_per_gpu": 1 + spec["workers"] if gpus and not several else None,
+        "mem_mb": processes_per_node(spec) * job["mem_mb_per_process"] + job["mem_mb_per_job"],
+        "runtime": job["runtime_min"],
+        "nodes": nodes,
+        "tasks": nodes if several or not gpus else None,
+        "tasks_per_gpu": 0 if gpus and several else None,
+        "mpi": "srun" if several else None,
+        # Ours, not the scheduler's: what the launcher and the engine are told they have per node.
+        "node_gpus": spec["gpus"] if gpus else 0,
+        "node_cores": cores,
+    }

@@ -1,0 +1,91 @@
+"""The study schema (dpstudy/study/schema.yaml): loading, validation with readable errors, defaults."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+SCHEMA_PATH = Path(__file__).with_name("schema.yaml")
+
+
+class ConfigError(ValueError):
+    """Bad user input (a study config or a cell spec); the message names the key and value."""
+
+
+@functools.cache
+def schema() -> dict:
+    with open(SCHEMA_PATH) as f:
+        return yaml.safe_load(f)
+
+
+@functools.cache
+def validator(ref: str | None = None) -> Draft202012Validator:
+    """A validator for the whole schema, or for one of its $defs (e.g. ref='spec').
+
+    The local $refs are inlined first: a study of a thousand cells validates a thousand specs,
+    and following references costs jsonschema more than the checks themselves."""
+    return Draft202012Validator(inline(schema()["$defs"][ref] if ref else schema()))
+
+
+def inline(node: Any) -> Any:
+    """`node` with every local #/$defs/... reference replaced by what it points to."""
+    if isinstance(node, dict):
+        node = resolve(node) if "$ref" in node else node
+        return {k: inline(v) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [inline(v) for v in node]
+    return node
+
+
+def check(instance: Any, ref: str | None = None, where: str = "") -> None:
+    """Raise ConfigError naming the offending key path when `instance` breaks the schema."""
+    errors = list(validator(ref).iter_errors(instance))
+    if not errors:
+        return
+    error = best_match(errors)
+    path = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        raise ConfigError(f"{where}unknown key {', '.join(map(repr, unknown))} at {path}")
+    raise ConfigError(f"{where}{path}: {error.message}")
+
+
+@functools.cache
+def property_validator(ref: str, key: str) -> Draft202012Validator:
+    return Draft202012Validator(inline(schema()["$defs"][ref]["properties"][key]))
+
+
+def check_property(ref: str, key: str, value: Any, where: str = "") -> None:
+    """Raise ConfigError when `value` is not a valid `key` of $defs/<ref>, naming both."""
+    errors = list(property_validator(ref, key).iter_errors(value))
+    if errors:
+        raise ConfigError(f"{where}{key}: {best_match(errors).message}")
+
+
+def resolve(node: dict) -> dict:
+    """Follow local $refs (#/$defs/...) until a node without one."""
+    while "$ref" in node:
+        target: Any = schema()
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+@functools.cache
+def _defaults(ref: str) -> tuple:
+    properties = schema()["$defs"][ref]["properties"]
+    return tuple((k, resolve(v)["default"]) for k, v in properties.items() if "default" in resolve(v))
+
+
+def defaults(ref: str) -> dict:
+    """{key: default} for every property of $defs/<ref> that documents one."""
+    return dict(_defaults(ref))
+
+
+def property_names(ref: str) -> list[str]:
+    return list(schema()["$defs"][ref]["properties"])

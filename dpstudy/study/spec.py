@@ -1,0 +1,101 @@
+"""A cell spec: the complete settings one training run takes (DESIGN 3.1/3.2).
+
+`load_spec` accepts inline JSON or a path, rejects unknown keys and bad values with an error
+naming the key, fills the documented defaults from dpstudy/study/schema.yaml and checks the rules that
+JSON Schema cannot express (registries, backend per mode, batch divisibility).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dpstudy.study import schema
+from dpstudy.study.schema import ConfigError
+
+def load_spec(text_or_path: str) -> dict[str, Any]:
+    """Parse a SPEC argument: a JSON object inline, or the path of a JSON file."""
+    text = text_or_path.strip()
+    if not text.startswith("{"):
+        path = Path(text_or_path)
+        if not path.is_file():
+            raise ConfigError(f"spec {text_or_path!r} is neither a JSON object nor a file")
+        text = path.read_text()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"spec is not valid JSON: {e}") from None
+    return complete(raw)
+
+
+def complete(raw: dict[str, Any], where: str = "spec: ") -> dict[str, Any]:
+    """Validate a spec and return it with every default filled in, keys sorted."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}expected a JSON object, got {type(raw).__name__}")
+    schema.check(raw, "spec", where)
+    spec = {**schema.defaults("spec"), **raw}
+    check_rules(spec, where)
+    return dict(sorted(spec.items()))
+
+
+def check_rules(cell: dict[str, Any], where: str = "") -> None:
+    """The cross-key rules of a cell; `where` prefixes the message (e.g. the sweep's name)."""
+    from dpstudy.data.registry import DATASETS
+    from dpstudy.models import MODELS
+
+    if cell["dataset"] not in DATASETS:
+        raise ConfigError(f"{where}dataset {cell['dataset']!r} is not one of {sorted(DATASETS)}")
+    if cell["model"] not in MODELS:
+        raise ConfigError(f"{where}model {cell['model']!r} is not one of {sorted(MODELS)}")
+    mode, gpus, backend = cell["mode"], cell["gpus"], cell["backend"]
+    if mode == "single" and gpus != 1:
+        raise ConfigError(f"{where}mode 'single' needs gpus 1, got gpus {gpus}")
+    if mode in ("single", "dp") and backend != "none":
+        raise ConfigError(f"{where}mode {mode!r} takes backend 'none', got backend {backend!r}")
+    if mode == "ddp" and backend == "none":
+        raise ConfigError(f"{where}mode 'ddp' needs backend 'nccl' or 'gloo', got backend 'none'")
+    nodes = cell.get("nodes", 1)
+    if nodes > 1 and mode != "ddp":
+        raise ConfigError(f"{where}mode {mode!r} runs as one process on one node, got nodes {nodes}; "
+                          "only ddp spans nodes")
+    if cell.get("batch_scope") == "global" and cell["batch"] % devices(cell):
+        over = f"gpus {gpus}" if nodes == 1 else f"nodes x gpus {devices(cell)}"
+        raise ConfigError(f"{where}batch {cell['batch']} is not divisible by {over} under batch_scope 'global'")
+    if cell.get("workers", 0) and cell.get("loader") != "torch":
+        raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
+
+
+def devices(spec: dict[str, Any]) -> int:
+    """Devices the cell trains on: gpus per node times nodes (the DDP world size)."""
+    return spec["gpus"] * spec.get("nodes", 1)
+
+
+def per_device_batch(spec: dict[str, Any]) -> int:
+    """Samples each device sees per step."""
+    return spec["batch"] // devices(spec) if spec["batch_scope"] == "global" else spec["batch"]
+
+
+def global_batch(spec: dict[str, Any]) -> int:
+    return per_device_batch(spec) * devices(spec)
+
+
+def scaled_lr(spec: dict[str, Any]) -> float:
+    return spec["lr"] * devices(spec) if spec["lr_scaling"] == "linear" else spec["lr"]
+
+
+def hardware_gap(spec: dict[str, Any], visible_gpus: int) -> str | None:
+    """Why this machine cannot run the cell with `visible_gpus` CUDA devices, or None.
+
+    The one statement of these rules: the engine asks it with torch's device count before a
+    process group exists, and the launcher asks it without starting torch when its job reserved
+    no GPU (the cell then sees none)."""
+    wants_cuda = spec["device"] == "cuda" or (spec["device"] == "auto" and visible_gpus > 0)
+    if spec["device"] == "cuda" and visible_gpus == 0:
+        return "device 'cuda' was requested but no CUDA device is visible"
+    if spec["mode"] == "dp" and not wants_cuda:
+        return "mode dp needs CUDA: nn.DataParallel splits batches over GPUs only"
+    if spec["backend"] == "nccl" and not wants_cuda:
+        return "backend nccl needs CUDA GPUs; on CPU only gloo runs"
+    if wants_cuda and spec["gpus"] > visible_gpus:
+        return f"the cell needs {spec['gpus']} GPUs but {visible_gpus} are visible"
+    return None

@@ -1,0 +1,192 @@
+"""A study config -> the cells table (DESIGN 3.1/3.2), validated before any job exists."""
+from __future__ import annotations
+
+import copy
+import json
+import itertools
+from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import Any
+
+from dpstudy.study import schema
+
+from dpstudy.study import spec as specs
+from dpstudy.study.cells import cell_id
+from dpstudy.study.schema import ConfigError
+
+GRID_DIMENSIONS = ("mode", "gpus", "nodes", "batch", "backend")
+
+
+class JsonDict(dict):
+    """A key-sorted dict whose str() is JSON: `{params.spec:q}` in a shell command gives a quoted
+    JSON object, while Snakemake's params trigger compares the repr, which depends on nothing
+    but the content (not on the order in which config files were merged)."""
+
+    def __init__(self, data: dict[str, Any]):
+        super().__init__(sorted((k, sort_keys(v)) for k, v in data.items()))
+
+    def __str__(self) -> str:
+        return json.dumps(self, sort_keys=True)
+
+
+def sort_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: sort_keys(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [sort_keys(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    sweep: str
+    spec: dict[str, Any]  # complete, key-sorted, plain types: the train rule's params
+    resources: dict[str, Any]  # job_resources of the schema: what a scheduler is asked for
+
+    @property
+    def gpus(self) -> int:
+        return self.spec["gpus"]
+
+    def params(self) -> JsonDict:
+        return JsonDict(self.spec)
+
+
+def load(config: dict[str, Any]) -> dict[str, Any]:
+    """The validated study with every documented default filled in."""
+    study = copy.deepcopy(config)
+    sweeps = study.get("sweeps")
+    for i, sweep in enumerate(sweeps if isinstance(sweeps, list) else []):
+        # Checked one by one first, so that an error names the sweep rather than its index.
+        label = sweep.get("name", f"#{i + 1}") if isinstance(sweep, dict) else f"#{i + 1}"
+        schema.check(sweep, "sweep", where=f"sweep {label!r}: ")
+    schema.check(study, where="config: ")
+    for key, prop in schema.schema()["properties"].items():
+        prop = schema.resolve(prop)
+        if "default" in prop:
+            study.setdefault(key, copy.deepcopy(prop["default"]))
+        if prop.get("type") == "object" and "properties" in prop:  # e.g. ext, bench
+            for inner, inner_prop in prop["properties"].items():
+                if "default" in inner_prop:
+                    study[key].setdefault(inner, inner_prop["default"])
+    names = [s["name"] for s in study["sweeps"]]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ConfigError(f"config: sweep name {duplicated[0]!r} is used more than once")
+    allowed = set(GRID_DIMENSIONS) | set(schema.property_names("settings"))
+    for sweep in study["sweeps"]:
+        grid = sweep.get("grid", {})
+        unknown = sorted(set(grid) - allowed)
+        if unknown:
+            raise ConfigError(f"sweep {sweep['name']!r}: unknown grid key {unknown[0]!r}; "
+                              f"allowed: {', '.join(sorted(allowed))}")
+        for key, values in grid.items():  # before pruning compares them
+            ref = "spec" if key in schema.property_names("spec") else "settings"
+            for value in values:
+                schema.check_property(ref, key, value, where=f"sweep {sweep['name']!r}: ")
+    return study
+
+
+def sweep_combinations(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    grid = sweep.get("grid", {})
+    keys = sorted(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
+    """Prune meaningless combinations: single needs gpus 1; single and dp run on one node and
+    take backend none."""
+    if combo["mode"] == "single" and combo["gpus"] != 1:
+        return None
+    if combo["mode"] in ("single", "dp") and combo["nodes"] > 1:
+        return None
+    if combo["mode"] in ("single", "dp"):
+        return {**combo, "backend": "none"}
+    if combo["backend"] == "none":
+        return None
+    return combo
+
+
+def dataset_of(study: dict[str, Any], sweep: dict[str, Any]) -> str:
+    """The sweep's dataset, or its generated stand-in when the study asks for one (config stand_in)."""
+    from dpstudy.data.registry import DATASETS
+
+    dataset = DATASETS.get(sweep["dataset"])
+    return dataset.stand_in if study["stand_in"] and dataset and dataset.stand_in else sweep["dataset"]
+
+
+def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
+    where = f"sweep {sweep['name']!r}: "
+    base = {**schema.defaults("settings"), **study["defaults"], **sweep.get("set", {})}
+    dims = {**schema.defaults("spec"), "device": study["device"], "data_root": study["data_root"]}
+    # The id names every key the sweep itself sets (grid or set): two sweeps that differ only in
+    # a set value (say epochs 200 vs 100) then never claim the same id, and adding a sweep never
+    # renames the cells of another.
+    varied = [*sweep.get("grid", {}), *sweep.get("set", {})]
+    resources = {**study["resources"], **sweep.get("resources", {})}
+    cells: list[Cell] = []
+    for combo in sweep_combinations(sweep):
+        settings = {**base, **combo}
+        candidate = {k: settings.get(k, dims.get(k)) for k in GRID_DIMENSIONS}
+        candidate.setdefault("mode", settings.get("mode"))
+        if candidate["mode"] is None:
+            raise ConfigError(f"{where}no mode: give grid.mode (single, dp, ddp)")
+        kept = normalise(candidate)
+        if kept is None:
+            continue
+        repeats = settings.pop("repeats")
+        raw = {**{k: v for k, v in settings.items() if k not in GRID_DIMENSIONS}, **kept,
+               "dataset": dataset_of(study, sweep), "model": sweep["model"],
+               "device": study["device"], "data_root": study["data_root"]}
+        for repeat in range(repeats):
+            spec = specs.complete({**raw, "repeat": repeat}, where)
+            cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec, resources))
+    modes = set(sweep.get("grid", {}).get("mode", []))
+    if "ddp" in modes and not any(c.spec["mode"] == "ddp" for c in cells):
+        raise ConfigError(f"{where}mode ddp needs backend nccl or gloo in grid.backend")
+    most_nodes = max(sweep.get("grid", {}).get("nodes", [1]))
+    if most_nodes > 1 and "ddp" not in modes:
+        raise ConfigError(f"{where}nodes {most_nodes} needs mode ddp in grid.mode: "
+                          "single and dp run as one process on one node")
+    return cells
+
+
+def expand(study: dict[str, Any]) -> list[Cell]:
+    """Every cell of the study, duplicates collapsed, in sweep order."""
+    cells: dict[str, Cell] = {}
+    for sweep in study["sweeps"]:
+        for cell in sweep_cells(study, sweep):
+            seen = cells.get(cell.id)
+            if seen is None:
+                cells[cell.id] = cell
+            elif seen.spec != cell.spec:
+                differing = sorted(k for k in cell.spec if cell.spec[k] != seen.spec.get(k))
+                raise ConfigError(
+                    f"sweeps {seen.sweep!r} and {cell.sweep!r} both define cell {cell.id} with different "
+                    f"{', '.join(differing)}; vary those keys in a grid or give the sweeps distinct grids")
+    return list(cells.values())
+
+
+def run_priorities(cells: Iterable[Cell]) -> dict[str, int]:
+    """Snakemake priorities (higher runs first) that interleave the repeats: every setting's repeat 0,
+    then every setting's repeat 1, and so on, each round in sweep order. A slow drift of the machine
+    (another job, a thermal or frequency change) then touches every setting alike instead of all the
+    repeats of the one that happened to run at the time."""
+    order = sorted(cells, key=lambda c: c.spec["repeat"])  # stable: sweep order within a round
+    return {cell.id: len(order) - i for i, cell in enumerate(order)}
+
+
+def write_yaml(study: dict[str, Any], path: str) -> None:
+    import yaml
+
+    from dpstudy.util.atomic import write_text
+
+    write_text(path, yaml.safe_dump(dict(study), sort_keys=False))
+
+
+def within_gpu_budget(cells: list[Cell], gpu_resource: int | None, needs_gpu) -> tuple[list[Cell], list[Cell]]:
+    """(kept, left out): cells whose GPU resource exceeds `--resources gpu=N` are left out."""
+    if gpu_resource is None:
+        return cells, []
+    kept = [c for c in cells if not needs_gpu(c) or c.gpus <= gpu_resource]
+    return kept, [c for c in cells if c not in kept]

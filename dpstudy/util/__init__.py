@@ -1,0 +1,1 @@
+"""Small helpers every stage may use; they import nothing else of dpstudy."""

@@ -1,0 +1,13 @@
+"""Short subprocess queries (git, sinfo, nvcc --version) that must never hang a job."""
+from __future__ import annotations
+
+import subprocess
+
+
+def output_of(argv: list[str], timeout_s: float = 30, **kwargs) -> str | None:
+    """The command's stripped stdout, or None when it cannot start, fails or runs past `timeout_s`."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, **kwargs)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
