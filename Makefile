@@ -23,7 +23,7 @@ WITH_TORCH ?=
 # tests are skipped with the reason.
 SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge chromium
 
-.PHONY: setup wheelhouse lock system-packages test test-fast run gpu-check clean
+.PHONY: setup wheelhouse lock system-packages lint test test-fast run gpu-check clean
 
 # Quick and silent when .venv is up to date; (re)installs when pyproject.toml or the lock changed.
 setup:
@@ -50,7 +50,14 @@ system-packages:
 		echo "not installing" $$missing "(needs root and apt-get): the tests that need them will be skipped"; \
 	fi
 
-test: setup system-packages
+# ruff (lint and format) over the Python code, snakefmt over the workflow. `ruff format .` and
+# `snakefmt Snakefile rules` fix what they report.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile rules
+
+test: setup system-packages lint
 	$(BIN)/python -m pytest
 
 test-fast: setup

@@ -16,7 +16,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/ext.smk"
 include: "rules/train.smk"
-include: "rules/bench.smk"
+include: "rules/microbench.smk"
 include: "rules/report.smk"
 
 
@@ -25,4 +25,4 @@ rule all:
         # Records are targets themselves: a deleted record reruns its cell even though the
         # report that was made from it still exists.
         RECORDS,
-        REPORT_HTML,
+        outputs.REPORT_HTML,

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dpstudy.data import registry as data  # noqa: E402
+from dpstudy.data import store as data  # noqa: E402
 
 VARIANTS = {"pinned": ({}, []), "unpinned": ({"DPSTUDY_PIN_CORES": "0"}, []),
             "hashseed": ({"PYTHONHASHSEED": "0"}, []), "noaslr": ({"PYTHONHASHSEED": "0"}, ["setarch", "-R"])}

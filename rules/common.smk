@@ -7,15 +7,14 @@ from snakemake.exceptions import WorkflowError
 # This checkout's dpstudy, for the workflow itself and for every job (also in --sdm conda).
 sys.path.insert(0, workflow.basedir)
 
-from dpstudy.study import sweeps as studies
-from dpstudy.data.registry import DATASETS
+from dpstudy.study import outputs, sweeps as studies
 from dpstudy.ext import arch as ext_arch
 from dpstudy.record.envinfo import torch_version
 from dpstudy.jobs.gpus import visible_gpu_count
 from dpstudy.models import MODELS
 from dpstudy.record.provenance import code_files, export_checkout, native_files
 from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
-from dpstudy.study.schema import ConfigError
+from dpstudy.util.errors import ConfigError
 
 export_checkout(workflow.basedir)
 
@@ -33,12 +32,8 @@ except ConfigError as error:
     raise WorkflowError(f"invalid study config: {error}") from None
 
 
-def needs_gpu(cell):
-    return GPU_JOBS
-
-
 _kept, _left_out = studies.within_gpu_budget(
-    ALL_CELLS, workflow.global_resources.get("gpu").value, needs_gpu
+    ALL_CELLS, workflow.global_resources.get("gpu").value, GPU_JOBS
 )
 if _left_out:
     logger.warning(
@@ -48,7 +43,7 @@ if _left_out:
 CELLS = {cell.id: cell for cell in _kept}
 # Repeats interleaved across settings (dpstudy.study.sweeps.run_priorities).
 PRIORITIES = studies.run_priorities(CELLS.values())
-RECORDS = [f"results/cells/{cell}/record.json" for cell in CELLS]
+RECORDS = [outputs.record_path(cell) for cell in CELLS]
 DATA_ROOT = STUDY["data_root"]
 
 
@@ -72,7 +67,7 @@ def cell_dataset(wildcards):
 
 def cell_ext(wildcards):
     return (
-        ["results/ext/build.json"]
+        [outputs.EXT_BUILD]
         if MODELS[cell_of(wildcards).spec["model"]].needs_ext
         else []
     )
@@ -84,7 +79,7 @@ def cell_priority(wildcards):
 
 def cell_resources(wildcards):
     cell = cell_of(wildcards)
-    return train_resources(cell.spec, cell.resources, needs_gpu(cell))
+    return train_resources(cell.spec, cell.resources, GPU_JOBS)
 
 
 def cell_resource(name):

@@ -6,9 +6,9 @@ rule build_ext:
         code=code_files("scripts/build_ext.py"),
         sources=native_files(),
     output:
-        "results/ext/build.json",
+        outputs.EXT_BUILD,
     log:
-        "results/logs/build_ext.log",
+        f"{outputs.LOGS_DIR}/build_ext.log",
     conda:
         "../envs/train.yaml"
     params:
@@ -19,4 +19,4 @@ rule build_ext:
         # lock) reruns the build. Read from torch's version file, without importing torch.
         torch=torch_version(),
     shell:
-        "python scripts/build_ext.py --out results/ext {params.args:q} > {log:q} 2>&1"
+        f"python scripts/build_ext.py --out {outputs.EXT_DIR} {{params.args:q}} > {{log:q}} 2>&1"

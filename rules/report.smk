@@ -1,29 +1,15 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
-from dpstudy.analysis.collect import STALE_FILE, TABLES as TABLE_NAMES
-from dpstudy.report.figures import FIGURES
-
-TABLES = [f"results/tables/{name}.csv" for name in TABLE_NAMES] + [
-    f"results/tables/{STALE_FILE}"
-]
-FIGURE_FILES = [f"results/figures/{name}" for name in FIGURES]
-REPORT_HTML = "results/report/report.html"
+TABLES = outputs.table_files()
+FIGURE_FILES = outputs.figure_files()
 # The microbenchmarks the study asks for (config `bench`), shown in the report.
-BENCH_FILES = [
-    path
-    for path, wanted in (
-        ("results/bench/kernels.csv", STUDY["bench"]["kernels"]),
-        ("results/bench/comm.csv", STUDY["bench"]["comm"]),
-    )
-    if wanted
-]
-STUDY_YAML = "results/report/study.yaml"
+BENCH_FILES = [outputs.bench_csv(name) for name in outputs.BENCHMARKS if STUDY["bench"][name]]
 
 
 rule collect:
     input:
         records=RECORDS,
         # the all-reduce bandwidth of the scaling model, when the study measures it
-        comm=[path for path in BENCH_FILES if path.endswith("comm.csv")],
+        comm=[path for path in BENCH_FILES if path == outputs.bench_csv("comm")],
         # The collect script and everything it imports, the training code included (collect
         # flags the cells made with older training code): editing training code reruns no
         # cell, but the tables and the report are redone.
@@ -31,13 +17,13 @@ rule collect:
     output:
         TABLES,
     log:
-        "results/logs/collect.log",
+        f"{outputs.LOGS_DIR}/collect.log",
     conda:
         "../envs/report.yaml"
     params:
         comm=lambda wildcards, input: ["--comm", *input.comm] if input.comm else [],
     shell:
-        "python scripts/collect.py --records {input.records:q} --out-dir results/tables"
+        f"python scripts/collect.py --records {{input.records:q}} --out-dir {outputs.TABLES_DIR}"
         " {params.comm:q} > {log:q} 2>&1"
 
 
@@ -51,11 +37,11 @@ rule figures:
             for path in FIGURE_FILES
         ],
     log:
-        "results/logs/figures.log",
+        f"{outputs.LOGS_DIR}/figures.log",
     conda:
         "../envs/report.yaml"
     shell:
-        "python scripts/figures.py --tables results/tables --out results/figures > {log:q} 2>&1"
+        f"python scripts/figures.py --tables {outputs.TABLES_DIR} --out {outputs.FIGURES_DIR} > {{log:q}} 2>&1"
 
 
 # Short jobs that read and write a few files run where Snakemake runs, also under a cluster
@@ -69,9 +55,9 @@ localrules:
 
 rule study_config:
     output:
-        STUDY_YAML,
+        outputs.STUDY_YAML,
     log:
-        "results/logs/study_config.log",
+        f"{outputs.LOGS_DIR}/study_config.log",
     params:
         study=studies.JsonDict(STUDY),
     run:
@@ -82,7 +68,7 @@ rule study_config:
 rule report:
     input:
         notebook="notebooks/report.ipynb",
-        study=STUDY_YAML,
+        study=outputs.STUDY_YAML,
         tables=TABLES,
         figures=FIGURE_FILES,
         bench=BENCH_FILES,
@@ -92,15 +78,15 @@ rule report:
             "notebooks/templates/offline/index.html.j2",
         ],
     output:
-        notebook="results/report/report.ipynb",
-        html=REPORT_HTML,
+        notebook=outputs.REPORT_NOTEBOOK,
+        html=outputs.REPORT_HTML,
     log:
-        "results/logs/report.log",
+        f"{outputs.LOGS_DIR}/report.log",
     conda:
         "../envs/report.yaml"
     params:
         study=STUDY["study"],
     shell:
-        "python scripts/report.py --notebook {input.notebook:q} --out-dir results/report"
-        " --study {params.study:q} --config {input.study:q} --tables results/tables"
-        " --figures results/figures --bench results/bench > {log:q} 2>&1"
+        f"python scripts/report.py --notebook {{input.notebook:q}} --out-dir {outputs.REPORT_DIR}"
+        f" --study {{params.study:q}} --config {{input.study:q}} --tables {outputs.TABLES_DIR}"
+        f" --figures {outputs.FIGURES_DIR} --bench {outputs.BENCH_DIR} > {{log:q}} 2>&1"

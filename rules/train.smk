@@ -8,11 +8,11 @@ rule train:
         data=lambda wc: ancient(cell_dataset(wc)),
         ext=lambda wc: [ancient(path) for path in cell_ext(wc)],
     output:
-        "results/cells/{cell}/record.json",
+        outputs.record_path("{cell}"),
     log:
-        "results/cells/{cell}/train.log",
+        f"{outputs.cell_dir('{cell}')}/train.log",
     benchmark:
-        "results/cells/{cell}/benchmark.tsv"
+        f"{outputs.cell_dir('{cell}')}/benchmark.tsv"
     conda:
         "../envs/train.yaml"
     threads: cell_threads
@@ -40,5 +40,5 @@ rule train:
         # Every outcome the cell itself reports (ok, skipped, oom, failed) is a record and a
         # finished job; only a stopped job (cancelled, killed) leaves none.
         "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
-        " --out results/cells/{wildcards.cell} --log {log:q} --gpus {resources.node_gpus}"
+        f" --out {outputs.CELLS_DIR}/{{wildcards.cell}} --log {{log:q}} --gpus {{resources.node_gpus}}"
         " --cores {resources.node_cores} --attempt {resources.attempt}"

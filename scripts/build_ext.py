@@ -17,7 +17,7 @@ import sys
 from dpstudy.ext import build
 from dpstudy.ext.arch import DEFAULT_CUDA_ARCH
 from dpstudy.ext.builder import CudaUnavailable
-from dpstudy.study.schema import ConfigError
+from dpstudy.util.errors import ConfigError
 
 
 def main() -> None:

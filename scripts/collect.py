@@ -1,5 +1,6 @@
-"""Collect record.json files into results/tables: cells, epochs, ranks, util, settings, scaling (.csv)
-and stale.txt.
+"""Collect record.json files into results/tables: one CSV per name in dpstudy.analysis.collect.TABLES
+(cells, epochs, ranks, util; settings, scaling and the tables of every number the report states:
+scaling_settings, comparisons, summary, data_wait, memory, util_means, varied, pivot) and stale.txt.
 
     python scripts/collect.py --records R1 R2 ... --out-dir results/tables
     python scripts/collect.py --records-from record_list.txt --out-dir results/tables

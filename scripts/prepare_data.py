@@ -1,4 +1,4 @@
-"""Prepare one dataset: download and verify it, or generate it (dpstudy.data.registry.prepare).
+"""Prepare one dataset: download and verify it, or generate it (dpstudy.data.store.prepare).
 
     python scripts/prepare_data.py NAME --root results/data [--overrides '{"mirror": "..."}']
 """
@@ -8,7 +8,8 @@ import argparse
 import json
 import sys
 
-from dpstudy.data import registry as data
+from dpstudy.data import store as data
+from dpstudy.study.datasets import check_overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         overrides = json.loads(args.overrides)
-        print(data.prepare(args.name, args.root, overrides))
+        print(data.prepare(args.name, args.root, check_overrides(args.name, overrides)))
     except json.JSONDecodeError as e:
         print(f"error: --overrides is not valid JSON: {e}", file=sys.stderr)
         return 2

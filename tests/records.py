@@ -33,7 +33,7 @@ def make_spec(**keys: Any) -> dict[str, Any]:
 
 
 def cell_id(spec: dict[str, Any], suffix: str = "") -> str:
-    """DESIGN 3.2's id; `suffix` carries what the grid varies beyond the grid keys (e.g. -r1)."""
+    """The cell id (docs/design.md, Cells); `suffix` carries what the grid varies beyond the grid keys (e.g. -r1)."""
     nodes = f"-nodes{spec['nodes']}" if spec["nodes"] > 1 else ""
     return (f"{spec['dataset']}-{spec['model']}-{spec['mode']}-g{spec['gpus']}-b{spec['batch']}-{spec['backend']}"
             f"{nodes}{suffix}")

@@ -1,6 +1,6 @@
 """A private SLURM for the cluster tests: munged, slurmctld and two slurmd "nodes" on this machine.
 
-Follows ../shared/cluster/slurm-local.md: Debian's SLURM 22.05, munge auth on a socket of its
+How it is set up: Debian's SLURM 22.05, munge auth on a socket of its
 own, two fake GPUs per node (character devices, so gres accounting and CUDA_VISIBLE_DEVICES are
 real while the cells run on the CPU), a second slurmd started with -N and a port of its own.
 Everything lives in one temporary folder and is stopped by pid, whatever happens; nothing

@@ -229,5 +229,5 @@ def test_the_cluster_generic_profile_submits_through_its_template(cluster, local
     assert set(ran) == ONE_NODE_CELLS
     for cell, rec in ran.items():
         assert finished[rec["env"]["job"]["job_id"]]["JobState"] == "COMPLETED"
-        assert finished[rec["env"]["job"]["job_id"]]["Name"] == f"dpstudy.engine.train.{cell}"
+        assert finished[rec["env"]["job"]["job_id"]]["Name"] == f"dpstudy.train.{cell}"
         assert comparable(rec) == comparable(local[cell]), cell

@@ -170,6 +170,8 @@ def test_cli_reads_a_record_list_and_reports_bad_files(tmp_path):
     subprocess.run([*script, "--records", str(paths[0]), "--records-from", str(listing),
                     "--out-dir", str(tmp_path / "tables")], check=True, capture_output=True)
     assert len(pd.read_csv(tmp_path / "tables" / "cells.csv")) == len(paths)
+    assert sorted(p.name for p in (tmp_path / "tables").glob("*.csv")) == sorted(f"{n}.csv" for n in collect.TABLES)
+    assert pd.read_csv(tmp_path / "tables" / "summary.csv")["multi_settings"].tolist() == [2]  # ddp g2 b64, b256
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     run = subprocess.run([*script, "--records", str(bad), "--out-dir", str(tmp_path / "t2")],

@@ -18,9 +18,12 @@ import torch
 from torch import nn
 
 from archives import WRITERS
-from dpstudy.data import registry as data
+from dpstudy.data import store as data
 from dpstudy.data import synthetic
-from dpstudy.data.registry import DATASETS, ConfigError, DatasetError
+from dpstudy.data.registry import DATASETS, DatasetError
+from dpstudy.study import sweeps as studies
+from dpstudy.study.datasets import check_overrides
+from dpstudy.util.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"train_size": 200, "test_size": 40}
@@ -269,7 +272,10 @@ def test_silent_server_times_out(tmp_path, monkeypatch):
 ])
 def test_bad_names_and_overrides_are_config_errors(tmp_path, name, overrides, needle):
     with pytest.raises(ConfigError, match=needle):
-        data.prepare(name, tmp_path, overrides)
+        check_overrides(name, overrides)
+    with pytest.raises(ConfigError, match=needle):  # also when the study loads, before any job
+        studies.load({"datasets": {name: overrides or {}}, "sweeps": [{"name": "s", "dataset": "synthetic",
+                                                                       "model": "lenet", "grid": {"mode": ["single"]}}]})
     assert not (tmp_path / name).exists()
 
 

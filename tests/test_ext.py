@@ -331,7 +331,7 @@ def test_lenet_ext_trains_under_ddp_through_the_entry_point(ops, tmp_path):
     import subprocess
     import sys
 
-    from dpstudy.data import registry as data
+    from dpstudy.data import store as data
 
     from dpstudy.record import fields as record
 

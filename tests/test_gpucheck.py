@@ -173,7 +173,7 @@ def test_resnet_throughput_on_cpu_counts_flops_like_models_stats():
 
     m = throughput.measure("cpu", size=16, images=192, batch=64, precision="bf16", min_steady_s=0)
     assert m["images_per_s"] > 0 and m["steady_epochs"] == 1 and m["steady_samples"] == 192
-    assert m["flops_per_image"] == models.stats("resnet18", 3, 16)["train_flops_per_sample"]
+    assert m["flops_per_image"] == models.cost("resnet18", 3, 16)["train_flops_per_sample"]
     assert m["achieved_tflops"] == pytest.approx(m["images_per_s"] * m["flops_per_image"] / 1e12)
     assert m["mfu"] is None and m["loss_finite"] and 0 <= m["data_wait_share"] < 1
     result = items.resnet_result(m)

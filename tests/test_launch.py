@@ -19,6 +19,7 @@ from dpstudy.jobs import launch
 from dpstudy.record import fields as record
 
 from dpstudy.jobs import slurm
+from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.spec import complete
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,6 +114,7 @@ def test_a_child_that_ends_without_a_record_gets_a_failed_one(tmp_path):
     rec = record.read(tmp_path / "cell/record.json")
     assert rec["status"] == "failed" and "ended (exit code 3) without writing a record" in rec["reason"]
     assert rec["spec"] == SINGLE and rec["env"]["job"]["scheduler"] == "local"
+    assert set(rec["env"]) == set(fallback_environment(1, 1))  # the one fallback env builder's keys
     assert "boom" in (tmp_path / "cell/train.log").read_text()
 
 
@@ -163,6 +165,7 @@ ENV_DUMP = """
 
 
 def test_a_job_that_reserved_no_gpu_sees_none(tmp_path):
+    # dpstudy.jobs.gpus.job_environment's policy (tests/test_gpus.py pins it for 0 and 2 GPUs)
     proc = start_launcher(tmp_path, ENV_DUMP, gpus=0, env={"CUDA_VISIBLE_DEVICES": "0,1"})
     proc.wait(timeout=60)
     assert json.loads((tmp_path / "cell/env.json").read_text()) == {"cvd": ""}
@@ -178,6 +181,7 @@ def test_a_cell_needing_cuda_in_a_job_without_gpus_is_skipped_without_starting(t
     assert proc.wait(timeout=60) == 0
     rec = record.read(tmp_path / "cell/record.json")
     assert (rec["status"], rec["reason"], rec["spec"]) == ("skipped", reason, spec)
+    assert rec["env"]["world_size"] == (2 if spec["mode"] == "ddp" else 1) and rec["env"]["nodes"] == 1
     assert not (tmp_path / "cell/trained").exists()
 
 

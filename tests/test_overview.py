@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpstudy.analysis import collect
+from dpstudy.analysis import collect, pivots
 
 from dpstudy.report import overview
 
@@ -111,12 +111,27 @@ def test_highest_and_lowest_speedups_name_every_varied_key(tables):
 
 
 def test_a_few_settings_are_listed_whole_and_no_setting_is_said_so(tables):
-    few = {**tables, "settings": tables["settings"].query("batch == 64 and lr == 0.01")}
+    settings = tables["settings"].query("batch == 64 and lr == 0.01")
+    few = {**tables, "settings": settings, **pivots.overview_tables(settings)}
     text = overview.overview(few)  # the findings list each of these: no medians over some of them
     assert "Each setting is listed with its interval in the sections below." in text and "median" not in text
+    assert text.startswith("2 settings that differ in `mode` (2 values), `gpus` (2 values)")
     assert "**Every multi-device setting by speedup**" in overview.overview(few, small=0)
-    empty = {**tables, "settings": tables["settings"].iloc[:0]}
+    empty = {**tables, "settings": tables["settings"].iloc[:0], **pivots.overview_tables(tables["settings"].iloc[:0])}
     assert overview.overview(empty).startswith("No setting finished")
+
+
+def test_the_overview_phrases_the_pivot_table(tables):
+    """The entries are the pivot table's medians, formatted: change one and the page says so."""
+    pivot = tables["pivot"].copy()
+    square = (pivot["of"] == "multi") & (pivot["row"] == 256) & (pivot["column"] == 0.03)
+    assert pivot.loc[square, "speedup"].item() == pytest.approx(ddp_speedup(256, 0.03))
+    assert pivot.loc[square, "settings"].item() == 1
+    pivot.loc[square, ["speedup", "efficiency"]] = [9.99, 0.123]
+    varied = tables["varied"].assign(values=tables["varied"]["values"] + 10)
+    text = overview.overview({**tables, "pivot": pivot, "varied": varied})
+    assert entry(markdown_tables(text)[0], "256", "0.03") == "9.99x (12 %)"
+    assert "`batch` (14 values)" in text
 
 
 def test_heat_map_squares_are_the_medians_of_the_settings(tables):

@@ -174,6 +174,76 @@ def test_utilisation_when_sampled_or_not(grid, tmp_path):
     assert "GPU 0 60 %, GPU 1 58 % busy on average" in findings.utilisation(tables)
 
 
+def changed(tables: dict[str, pd.DataFrame], name: str, where, **values) -> dict[str, pd.DataFrame]:
+    """`tables` with the columns `values` of table `name` set to other numbers where `where(table)`."""
+    table = tables[name].copy()
+    rows = where(table)
+    for column, value in values.items():
+        table.loc[rows, column] = value
+    return {**tables, name: table}
+
+
+def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
+    """Every number a finding states is a column: change the column and the sentence follows."""
+    every = lambda t: t.index == t.index  # noqa: E731
+    text = findings.speedup(changed(repeats, "summary", every, faster=3, noisier=0, multi_settings=5))
+    assert "Of 5 multi-device settings: 3 faster than one device, judged by" in text
+    noisy = lambda t: t["verdict"] == "noisier"  # noqa: E731
+    text = findings.speedup(changed(repeats, "settings", noisy, noise_max_cv=0.5, effect=0.25))
+    assert "the noise (50 %) is larger than the effect (25 %)" in text
+    text = findings.single_noise(changed(repeats, "summary", every, noise_floor_median_cv=0.33, noise_floor_max_cv=0.44,
+                                         other_load_max=0.4, busy_cells=2, finished_cells=9,
+                                         busy_other_load_max=1.5))
+    assert text.startswith("Noise floor: the single-device throughput varies by a median CV of 33 % between repeats "
+                           "(largest 44 %). **2 runs of 9 shared the machine** with other processes (more than 0.25 "
+                           "cores on average while training, up to 1.50)")
+    first = lambda t: t.index == t.index[0]  # noqa: E731
+    text = findings.accuracy(changed(repeats, "comparisons", first, value=0.123))
+    assert text.startswith("Final test accuracy differed by at most 12.3 points")
+    text = findings.data_wait(changed(repeats, "data_wait", lambda t: t["by"] == "loader", share=0.345))
+    assert text.startswith("Waiting for data took 34 % of the training time with loader device")
+    text = findings.memory(changed(repeats, "memory", every, imbalance=1.5))
+    assert "the fullest device peaked at 1.50x the memory of the emptiest" in text
+    model = tables_of(tmp_path, [make_record(mode="single", samples_per_s=1000.0),
+                                 make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0)])
+    text = findings.why_not_n(changed(model, "scaling_settings", every, largest_s=0.5))
+    assert "**everything else (optimizer steps, synchronisation, start of each step)** (0.500 s of a" in text
+
+
+def test_nodes_and_backends_phrase_their_comparisons(tmp_path):
+    nodes = tables_of(tmp_path / "nodes", [
+        make_record(mode="single", samples_per_s=1000.0),
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1800.0),
+        make_record(mode="ddp", gpus=1, nodes=2, backend="gloo", samples_per_s=1200.0),
+    ])
+    pair = nodes["comparisons"].query("kind == 'nodes'")
+    assert pair["value"].item() == pytest.approx(1200 / 1800)
+    assert "(0.42x the one-node throughput)" in findings.speedup(
+        changed(nodes, "comparisons", lambda t: t["kind"] == "nodes", value=0.42))
+    both = tables_of(tmp_path / "both", [make_record(mode="ddp", gpus=2, backend=b, samples_per_s=sps, device="cuda")
+                                         for b, sps in (("nccl", 1700.0), ("gloo", 1300.0))])
+    pair = both["comparisons"].query("kind == 'backend'")
+    assert pair["value"].item() == pytest.approx(1700 / 1300) and pair["claim"].item() == 0
+    backend = lambda t: t["kind"] == "backend"  # noqa: E731
+    text = findings.backends(changed(both, "comparisons", backend, value=2.5, claim=-1, repeats=3))
+    assert "NCCL reached 2.50x the throughput of Gloo (1,700 vs 1,300 samples/s): Gloo faster beyond noise." in text
+
+
+def test_accuracy_ties_name_two_settings(tmp_path):
+    """All modes equally accurate: the largest gap is 0 between two settings, not one setting and itself."""
+    tables = tables_of(tmp_path, [make_record(mode="single"), make_record(mode="ddp", gpus=2, backend="gloo")])
+    assert findings.accuracy(tables).startswith(
+        "Final test accuracy differed by at most 0.0 points across modes at equal settings (largest gap: "
+        "synthetic/lenet at batch 64, DDP (gloo) on 2 devices 90.0 % vs one device 90.0 %).")
+
+
+def test_utilisation_phrases_the_means(tmp_path):
+    tables = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda",
+                                              util=make_util(2, [60.0, 58.0]))])
+    text = findings.utilisation(changed(tables, "util_means", lambda t: t["device"] == 1, gpu_util=71.0))
+    assert "GPU 0 60 %, GPU 1 71 % busy on average" in text
+
+
 def test_stale_and_unfinished_cells(grid):
     text = inventory.stale(grid["cells"], "results/tables/stale.txt")
     assert "1 cell was made with older training code" in text and "synthetic-lenet-single-g1-b256-none" in text

@@ -78,3 +78,21 @@ def test_repeats_fold_into_medians(tmp_path):
     assert per_setting["measured_speedup"].tolist() == pytest.approx([expected[0]])
     assert per_setting["measured_speedup_low"].tolist() == pytest.approx([expected[1]])
     assert expected[0] == pytest.approx((1400 * 1500 * 1900) ** (1 / 3) / 1000)
+
+
+def test_the_model_per_setting_is_a_table_with_fixed_columns(tmp_path):
+    """scaling_settings: by_setting with the setting's number and its largest loss in seconds."""
+    records = [make_record(mode="single", samples_per_s=1000.0, repeat=s, suffix=f"-r{s}") for s in range(2)]
+    records += [make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s,
+                            suffix=f"-r{s}") for s, tput in enumerate((1400.0, 1600.0))]
+    tables = collect.collect(write_records(tmp_path, records), CURRENT)
+    settings = stats.settings_table(tables["cells"])
+    model = scaling.model(tables["cells"], tables["epochs"], COMM)
+    table = scaling.settings_model(model, settings)
+    assert list(table.columns) == list(scaling.SETTING_MODEL_COLUMNS) and len(table) == 1
+    row = table.iloc[0]
+    assert row["setting"] == settings.loc[settings["mode"] == "ddp", "setting"].item()
+    assert row["largest_s"] == pytest.approx(max(row[k] for k in scaling.LOSSES if pd.notna(row[k])))
+    assert row["largest_s"] == pytest.approx(row[next(k for k, v in scaling.LOSSES.items() if v == row["largest"])])
+    empty = scaling.settings_model(model.iloc[:0], settings)
+    assert empty.empty and list(empty.columns) == list(scaling.SETTING_MODEL_COLUMNS)

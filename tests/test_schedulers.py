@@ -39,15 +39,15 @@ def test_the_request_follows_the_cells_resources():
 
 
 @pytest.mark.parametrize("scheduler, expected", [
-    ("pbs", ["qsub", "-N", "dpstudy.engine.train.c", "-l", "select=1:ncpus=4:mem=6000mb:ngpus=2", "-l", "walltime=01:30:00",
+    ("pbs", ["qsub", "-N", "dpstudy.train.c", "-l", "select=1:ncpus=4:mem=6000mb:ngpus=2", "-l", "walltime=01:30:00",
              "-j", "oe", "-o", ".snakemake/cluster_logs/", "-V", "-q", "gpuq", "-A", "proj", "job.sh"]),
-    ("sge", ["qsub", "-terse", "-cwd", "-V", "-N", "dpstudy.engine.train.c1", "-pe", "smp", "4", "-l",
-             "h_rt=01:30:00,h_vmem=1500M,gpu=2", "-j", "y", "-o", ".snakemake/cluster_logs/dpstudy.engine.train.c1.$JOB_ID.log",
+    ("sge", ["qsub", "-terse", "-cwd", "-V", "-N", "dpstudy.train.c1", "-pe", "smp", "4", "-l",
+             "h_rt=01:30:00,h_vmem=1500M,gpu=2", "-j", "y", "-o", ".snakemake/cluster_logs/dpstudy.train.c1.$JOB_ID.log",
              "-q", "gpuq", "-P", "proj", "job.sh"]),
-    ("lsf", ["bsub", "-J", "dpstudy.engine.train.c1", "-n", "4", "-R", "span[ptile=4] rusage[mem=1500]", "-W", "90",
-             "-o", ".snakemake/cluster_logs/dpstudy.engine.train.c1.%J.log", "-gpu", "num=2", "-q", "gpuq", "-P", "proj"]),
-    ("slurm", ["sbatch", "--parsable", "-J", "dpstudy.engine.train.c1", "--nodes=1", "--ntasks-per-node=1",
-               "--cpus-per-task=4", "--mem=6000", "--time=90", "-o", ".snakemake/cluster_logs/dpstudy.engine.train.c1.%j.log",
+    ("lsf", ["bsub", "-J", "dpstudy.train.c1", "-n", "4", "-R", "span[ptile=4] rusage[mem=1500]", "-W", "90",
+             "-o", ".snakemake/cluster_logs/dpstudy.train.c1.%J.log", "-gpu", "num=2", "-q", "gpuq", "-P", "proj"]),
+    ("slurm", ["sbatch", "--parsable", "-J", "dpstudy.train.c1", "--nodes=1", "--ntasks-per-node=1",
+               "--cpus-per-task=4", "--mem=6000", "--time=90", "-o", ".snakemake/cluster_logs/dpstudy.train.c1.%j.log",
                "--gres=gpu:2", "-p", "gpuq", "-A", "proj", "job.sh"]),
 ])
 def test_submissions(scheduler, expected):

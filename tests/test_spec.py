@@ -3,7 +3,7 @@ import json
 import pytest
 
 from dpstudy.study.cells import cell_id
-from dpstudy.study.schema import ConfigError
+from dpstudy.util.errors import ConfigError
 from dpstudy.study.spec import complete, devices, global_batch, load_spec, per_device_batch, scaled_lr
 
 BASE = {"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "batch": 64, "backend": "gloo"}

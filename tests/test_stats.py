@@ -115,6 +115,13 @@ def test_settings_table_quotes_one_speedup_and_flags_noise():
     # DDP on one device: 23 % noise against a ~2 % effect, flagged instead of claimed.
     ddp1 = settings[(settings["mode"] == "ddp") & (settings["gpus"] == 1)].iloc[0]
     assert ddp1["noise_cv"] == pytest.approx(stats.cv([1000, 1300, 800])) and ddp1["noisy"]
+    # ... which the report words from these columns: the larger noise, the effect, the verdict
+    assert ddp1["noise_max_cv"] == pytest.approx(stats.cv([1000, 1300, 800])) and ddp1["verdict"] == "noisier"
+    assert ddp1["effect"] == pytest.approx(abs(ddp1["speedup"] - 1))
+    assert ddp2["verdict"] == "faster" and ddp2["effect"] == pytest.approx(expected[0] - 1)
+    assert ddp2["noise_max_cv"] == pytest.approx(max(stats.cv([1500, 1600, 1550]), stats.cv([1000, 1050, 980])))
+    assert settings["setting"].tolist() == [0, 1, 2]
+    assert pd.isna(settings.loc[settings["mode"] == "single", "verdict"].item())
     # The per-repeat speedup of cells.csv is relative to the same baseline throughput.
     per_cell = with_speedup(cells.assign(baseline=None, speedup=None, efficiency=None))
     geo_base = math.exp(np.mean(np.log([1000, 1050, 980])))
@@ -127,3 +134,14 @@ def test_settings_table_quotes_one_speedup_and_flags_noise():
 def test_varied_keys_name_what_differs():
     settings = pd.DataFrame({"mode": ["ddp", "ddp"], "lr": [0.1, 0.2], "batch": [64, 64], "augment": [None, None]})
     assert stats.varied_keys(settings, ["mode", "lr", "batch", "augment"]) == ["lr"]
+
+
+def test_verdict_reads_the_interval_against_one_and_the_noise():
+    row = lambda low, high, noisy=False: {"noisy": noisy, "speedup": (low + high) / 2,  # noqa: E731
+                                          "speedup_low": low, "speedup_high": high}
+    assert stats.verdict(row(1.2, 1.8)) == "faster"
+    assert stats.verdict(row(0.5, 0.9)) == "slower"
+    assert stats.verdict(row(0.9, 1.1)) == "within noise"
+    assert stats.verdict(row(1.2, 1.8, noisy=True)) == "noisier"
+    assert stats.verdict(row(math.nan, math.nan)) is None
+    assert set(stats.VERDICTS) == {"faster", "slower", "within noise", "noisier"}

@@ -5,7 +5,7 @@ import pytest
 
 from dpstudy.study import sweeps as studies
 from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
-from dpstudy.study.schema import ConfigError
+from dpstudy.util.errors import ConfigError
 
 STUDY = {
     "study": "nodes_test",
@@ -103,3 +103,31 @@ def test_the_all_reduce_benchmark_reserves_no_more_gpus_than_the_host_has(gpu_jo
     # a 1-GPU host: the benchmark runs (NCCL at 2 ranks skipped with its reason) instead of
     # waiting for a second GPU that dpstudy.jobs.gpus cannot give it
     assert comm_bench_gpus(gpu_jobs, visible) == reserved
+
+
+def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
+    # The mode/backend/nodes rules are stated once (dpstudy.study.spec.setup_gap): a sweep's grid
+    # prunes by them and a spec is refused by them, so the two can never disagree.
+    import itertools
+
+    from dpstudy.study import spec as specs
+
+    def accepted(combo: dict) -> bool:
+        try:
+            specs.complete({"dataset": "synthetic", "model": "lenet", **combo})
+        except ConfigError:
+            return False
+        return True
+
+    kept = 0
+    for mode, gpus, nodes, backend in itertools.product(["single", "dp", "ddp"], [1, 2], [1, 2],
+                                                        ["none", "gloo", "nccl"]):
+        combo = {"mode": mode, "gpus": gpus, "nodes": nodes, "backend": backend, "batch": 64}
+        normalised = studies.normalise(combo)
+        as_run = {**combo, "backend": specs.backend_of(mode, backend)}  # single and dp take none
+        assert (normalised is not None) == accepted(as_run), combo
+        assert accepted(combo) <= (normalised == combo), combo  # a valid spec is kept as it is
+        kept += normalised is not None
+    # single: 1 gpu, 1 node (any grid backend becomes none); dp: 1 or 2 gpus on 1 node; ddp: a
+    # real backend on any gpus and nodes
+    assert kept == 3 + 2 * 3 + 2 * 2 * 2

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpstudy.data import registry as data
+from dpstudy.data import store as data
 
 from dpstudy.record import fields as record
 
@@ -130,6 +130,18 @@ def test_unexpected_error_is_a_failed_record_and_nonzero_exit(data_root, tmp_pat
     assert proc.returncode != 0
     rec = record.read(tmp_path / "record.json")
     assert rec["status"] == "failed" and "rank 0: RuntimeError: injected error" in rec["reason"]
+
+
+def test_a_record_written_before_the_rank_measured_its_env_has_the_jobs_facts(tmp_path):
+    # The engine's fallback env is the launcher's (dpstudy.record.envinfo builds both), not a blank one.
+    from dpstudy.engine.outcome import Outcome
+    from dpstudy.record.envinfo import fallback_environment
+    from dpstudy.study.spec import complete
+
+    spec = complete({"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "backend": "gloo"})
+    Outcome(tmp_path, "c", spec, time.time()).write("failed", "rank 0: RuntimeError: x")
+    env = record.read(tmp_path / "record.json")["env"]
+    assert set(env) == set(fallback_environment(2, 1)) and (env["world_size"], env["nodes"]) == (2, 1)
 
 
 def test_bad_spec_is_rejected_before_anything_runs(tmp_path):

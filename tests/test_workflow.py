@@ -6,6 +6,8 @@ import copy
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pandas as pd
 import pytest
 
 from browser import open_offline
+from dpstudy.record import provenance
 from dpstudy.report import sources
 from dpstudy.report.figures import FIGURES
 from workflow import (REPO, copy_checkout, dry_run, processes_with, snakemake, start_snakemake, wait_for_text,
@@ -172,10 +175,22 @@ def edited(path: Path):
 
 
 @pytest.mark.slow
-def test_editing_plotting_code_schedules_no_training(finished):
-    with edited(finished / "dpstudy/report/figures.py"):
+@pytest.mark.parametrize("module, rules", [
+    # Training code (the modules that decide a record's numbers): the tables are redone, so that
+    # they flag the cells as stale, and no cell reruns.
+    ("dpstudy/engine/outcome.py", AGGREGATIONS),
+    ("dpstudy/engine/monitor.py", AGGREGATIONS),
+    ("dpstudy/data/store.py", AGGREGATIONS),
+    # Aggregation and report code: only the rules that run it.
+    ("dpstudy/analysis/stats.py", AGGREGATIONS),
+    ("dpstudy/report/figures.py", {"figures", "report", "all"}),
+    ("dpstudy/report/text.py", {"figures", "report", "all"}),
+    ("dpstudy/report/findings.py", {"report", "all"}),
+])
+def test_an_edit_reruns_exactly_the_rules_that_run_the_code(finished, module, rules):
+    with edited(finished / module):
         jobs = dry_run(finished, SMALL)
-    assert set(jobs) == {"figures", "report", "all"}
+    assert set(jobs) == rules
 
 
 @pytest.mark.slow
@@ -194,10 +209,13 @@ def test_editing_training_code_flags_cells_instead_of_rerunning(finished):
 @pytest.mark.slow
 def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     """`make run` on this machine: DDP over Gloo with 1 and 2 processes, DP and NCCL skipped, three
-    repeats of each, accuracy equal across modes, and a report that renders offline."""
-    workdir = copy_checkout(tmp_path)
-    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", timeout=900)
+    repeats of each, accuracy equal across modes, and a report that renders offline. The workflow
+    runs against dpstudy installed with `pip install .` (not editable): a workflow folder without
+    the package, every job importing it from site-packages."""
+    workdir, site = installed_workflow(tmp_path)
+    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", timeout=900, env={"PYTHONPATH": str(site)})
     cells = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
+    assert set(cells["source_hash"]) == {provenance.source_hash()}  # the same code, wherever it lies
     ran = cells[cells["status"] == "ok"]
     ddp = ran[ran["mode"] == "ddp"]
     assert set(zip(ddp["gpus"], ddp["batch"], ddp["backend"])) == {(1, 64, "gloo"), (2, 64, "gloo"), (1, 256, "gloo"), (2, 256, "gloo")}
@@ -219,6 +237,20 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     assert figures == sorted([*FIGURES, "comm.png", "kernels.png"])
     assert page["blocked"] == [] and len(page["images"]) == len(figures) == 12
     assert all(done and width > 100 for done, width in page["images"])
+
+
+def installed_workflow(tmp_path: Path) -> tuple[Path, Path]:
+    """(a workflow folder without dpstudy/, a site folder with dpstudy installed from a copy)."""
+    source = copy_checkout(tmp_path / "source")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(source)], check=True, capture_output=True, timeout=300)
+    workdir = tmp_path / "workflow"
+    shutil.copytree(source, workdir, ignore=lambda folder, names: ["dpstudy"] if Path(folder) == source else [])
+    where = subprocess.run([sys.executable, "-c", "import dpstudy; print(dpstudy.__file__)"], cwd=workdir, text=True,
+                           env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, check=True).stdout
+    assert Path(where.strip()).is_relative_to(site)
+    return workdir, site
 
 
 LONG = "synthetic-lenet-ddp-g2-b8-gloo-epochs60"

@@ -1,4 +1,4 @@
-"""Records -> tidy tables (DESIGN 3.4): cells, epochs, ranks and util, plus the stale list.
+"""Records -> tidy tables (docs/design.md, Tables): cells, epochs, ranks and util, plus the stale list.
 
 Every record becomes a row of cells.csv whatever its status: skipped, oom and failed cells keep
 their reason there and are never dropped. Tables are written atomically, each one either the
@@ -21,9 +21,10 @@ from dpstudy.record import fields as record
 
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
+from dpstudy.study.outputs import STALE_FILE, TABLES
 from dpstudy.util.atomic import write_csv, write_text
 from dpstudy.record.fields import EPOCH_FIELDS, SUMMARY_FIELDS
-from dpstudy.analysis import scaling, stats
+from dpstudy.analysis import comparisons, pivots, scaling, stats, summary
 from dpstudy.study.spec import devices as spec_devices
 
 # env key -> cells.csv column; the resolved device is `env_device` because `device` is the
@@ -45,8 +46,6 @@ EPOCH_COLUMNS = ("cell", *SPEC_KEYS, "status", "devices", "world_size", "env_dev
                  *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"), "peak_mem_mb_max")
 RANK_COLUMNS = ("cell", "epoch", "rank", "peak_mem_mb")
 UTIL_COLUMNS = ("cell", "device", "t", "gpu_util", "mem_util", "mem_mb")
-TABLES = ("cells", "epochs", "ranks", "util", "settings", "scaling")
-STALE_FILE = "stale.txt"
 
 
 class RecordError(ValueError):
@@ -183,10 +182,20 @@ def collect(record_paths: Iterable[str | Path], current_code_version: dict[str, 
 
 
 def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.analysis.stats) and
-    "scaling" (the why-not-N-x model, dpstudy.analysis.scaling; `comm` is comm_bench's table or None)."""
-    return {**tables, "settings": stats.settings_table(tables["cells"]),
-            "scaling": scaling.model(tables["cells"], tables["epochs"], comm)}
+    """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.analysis.stats),
+    "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
+    table or None) and "scaling_settings" (the model per setting); "comparisons" (settings against
+    settings, dpstudy.analysis.comparisons); "summary", "data_wait", "memory" and "util_means"
+    (dpstudy.analysis.summary); "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots)."""
+    cells, epochs = tables["cells"], tables["epochs"]
+    settings = stats.settings_table(cells)
+    model = scaling.model(cells, epochs, comm)
+    return {**tables, "settings": settings, "scaling": model,
+            "scaling_settings": scaling.settings_model(model, settings),
+            "comparisons": comparisons.comparisons_table(settings, cells),
+            "summary": summary.summary_table(cells, settings), "data_wait": summary.wait_table(cells, epochs),
+            "memory": summary.memory_table(cells), "util_means": summary.util_means(tables["util"]),
+            **pivots.overview_tables(settings)}
 
 
 def stale_records(cells: pd.DataFrame) -> list[str]:

@@ -142,3 +142,21 @@ def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     out = out.drop(columns=["measured_speedup", "cell_sd"]).join(quoted, on=SETTING_KEYS)
     out["largest"] = out[list(LOSSES)].fillna(-math.inf).idxmax(axis=1).map(LOSSES)
     return out
+
+
+SETTING_MODEL_COLUMNS = ("setting", *SETTING_KEYS, "n", "steps", "measured_s", "ideal_s", "compute_s", "data_wait_s",
+                         "allreduce_s", "allreduce_source", "overlap", "dp_s", "predicted_s", "measured_speedup",
+                         "measured_speedup_low", "measured_speedup_high", "predicted_speedup", *LOSSES, "base_sd_s",
+                         "noise_s", "largest", "largest_s")
+
+
+def settings_model(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
+    """The `scaling_settings` table: `by_setting`, with the setting's number in the settings table
+    (`setting`) and the seconds of its largest loss (`largest_s`: the largest of the losses
+    measured, NaN when none was), in fixed columns."""
+    out = by_setting(table, settings)
+    if out.empty:
+        return pd.DataFrame(columns=list(SETTING_MODEL_COLUMNS))
+    out = out.join(settings.set_index(SETTING_KEYS)["setting"], on=SETTING_KEYS)
+    out["largest_s"] = out[list(LOSSES)].max(axis=1, skipna=True)
+    return out[list(SETTING_MODEL_COLUMNS)]

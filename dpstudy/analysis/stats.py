@@ -33,7 +33,11 @@ Estimate = tuple[float, float, float]  # (point, low, high); NaN bounds: no inte
 NO_VALUE: Estimate = (math.nan, math.nan, math.nan)
 METRICS = ("samples_per_s", "speedup", "efficiency", "final_test_acc")
 SETTING_COLUMNS = ("repeats", "cells", "baseline_repeats", "noise_cv", "baseline_noise_cv", "noisy", "other_load",
-                   *(f"{m}{p}" for m in METRICS for p in ("", "_low", "_high")))
+                   *(f"{m}{p}" for m in METRICS for p in ("", "_low", "_high")),
+                   "setting", "noise_max_cv", "effect", "verdict")
+# A setting's speedup against one device, as the report words it (`verdict`): the interval above,
+# below or around 1, or its noise larger than its effect; none without an interval or for one device.
+VERDICTS = ("faster", "slower", "within noise", "noisier")
 
 
 def clean(values: Sequence[float]) -> np.ndarray:
@@ -140,7 +144,12 @@ def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
     (`ratio` against every repeat of the baseline setting), efficiency (speedup / devices) and
     final test accuracy (mean), each with its 95 % interval; the noise (CV of throughput over
     the repeats) of the setting and of its baseline, and whether that noise is larger than the
-    speedup's distance from 1 (`noisy`: the effect the setting would claim)."""
+    speedup's distance from 1 (`noisy`: the effect the setting would claim).
+
+    `setting` numbers the rows (0, 1, ... in table order: what other tables name a setting by);
+    `noise_max_cv` is the larger of the two noises (NaN when neither has repeats), `effect` the
+    speedup's distance from 1, and `verdict` one of VERDICTS (see `verdict`), empty for a
+    single-device setting, which is its own baseline."""
     ok = cells[(cells["status"] == "ok") & cells["samples_per_s"].notna()]
     baselines = Baselines(ok)
     rows = []
@@ -161,8 +170,22 @@ def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
         noise = np.nanmax([row["noise_cv"], row["baseline_noise_cv"], -1.0])
         own_baseline = setting["mode"] == "single" and setting["devices"] == 1  # claims no effect
         row["noisy"] = bool(pd.notna(row["speedup"]) and not own_baseline and noise > abs(row["speedup"] - 1))
+        row["setting"] = len(rows)
+        row["noise_max_cv"] = noise if noise >= 0 else math.nan
+        row["effect"] = abs(row["speedup"] - 1)
+        row["verdict"] = None if own_baseline else verdict(row)
         rows.append(row)
     return pd.DataFrame(rows, columns=[*SETTING_KEYS, *SETTING_COLUMNS])
+
+
+def verdict(row) -> str | None:
+    """The speedup's verdict (VERDICTS): "noisier" when the setting is `noisy`, else where the 95 %
+    interval lies against 1; None without an interval."""
+    if row["noisy"]:
+        return "noisier"
+    if not has_interval(row["speedup_low"], row["speedup_high"]):
+        return None
+    return {1: "faster", -1: "slower", 0: "within noise"}[versus(value(row, "speedup"), 1.0)]
 
 
 def speedups(settings: pd.DataFrame) -> pd.DataFrame:

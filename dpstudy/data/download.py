@@ -17,8 +17,8 @@ import torch
 from torchvision import datasets as tv
 from torchvision.datasets.utils import calculate_md5, download_url, extract_archive
 
-from dpstudy.data.registry import DatasetError, log
-from dpstudy.study.schema import ConfigError
+from dpstudy.data.registry import DATASETS, DatasetError, log
+from dpstudy.util.errors import ConfigError
 
 TIMEOUT_ENV = "DPSTUDY_DOWNLOAD_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
@@ -112,7 +112,6 @@ class _socket_timeout:
 
 def read_splits(name: str, raw: Path, workdir: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Extract every raw file into workdir and parse both splits with torchvision."""
-    from dpstudy.data.registry import DATASETS
 
     for file in DATASETS[name].files:
         extract_archive(str(raw / file), str(workdir))

@@ -1,28 +1,13 @@
-"""The dataset registry, and preparing a dataset once into compact uint8 tensor files.
-
-`{root}/{name}/` holds `train.pt` and `test.pt` ({"images": uint8 [N,C,H,W], "labels": int64 [N]}),
-raw downloads under `raw/`, and `meta.json`, the ready marker: it is written last, after every
-file is verified and converted, so a dataset is either ready or not there at all.
+"""The dataset registry: every dataset of the source reports, with its shape, classes and files.
 
 No torch or torchvision at import time: the Snakefile imports the registry and must stay fast.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from dpstudy.study import schema
-from dpstudy.util.atomic import atomic_output, write_json
-from dpstudy.study.schema import ConfigError
-
-if TYPE_CHECKING:
-    import torch
+from dpstudy.util.errors import ConfigError
 
 
 class DatasetError(RuntimeError):
@@ -57,184 +42,15 @@ DATASETS: dict[str, DatasetInfo] = {info.name: info for info in (
     DatasetInfo("synthetic_rgb", 3, 32, _PATTERNS, True, ()),
     DatasetInfo("synthetic_stl", 3, 96, _PATTERNS, True, ()),
 )}
-
-SPLITS = ("train", "test")
-GENERATOR_SEED = 0
-GENERATED_SIZES = {"train_size": 10000, "test_size": 2000}  # divisible by 1, 2, 4 and 8 devices
-_GENERATED_ONLY = ("train_size", "test_size")
-_DOWNLOADED_ONLY = ("mirror", "md5")
-
-
-def dataset_dir(name: str, root: str | Path) -> Path:
-    return Path(root) / name
-
-
-def is_ready(name: str, root: str | Path) -> bool:
-    return (dataset_dir(name, root) / "meta.json").is_file()
-
-
-def load_meta(name: str, root: str | Path) -> dict[str, Any]:
-    _require_ready(name, root)
-    return json.loads((dataset_dir(name, root) / "meta.json").read_text())
-
-
-def load_split(name: str, root: str | Path, split: str) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """(uint8 images [N, C, H, W], int64 labels [N]) of a prepared dataset."""
-    import torch
-
-    if split not in SPLITS:
-        raise ConfigError(f"split {split!r} is not one of {list(SPLITS)}")
-    _require_ready(name, root)
-    blob = torch.load(dataset_dir(name, root) / f"{split}.pt", weights_only=True)
-    return blob["images"].contiguous(), blob["labels"]
-
-
-def _require_ready(name: str, root: str | Path) -> None:
-    info(name)
-    if not is_ready(name, root):
-        raise DatasetError(
-            f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
-            f"or `python scripts/prepare_data.py {name} --root {root}` first")
+# The overrides (config datasets.NAME) that apply to one kind of dataset only.
+GENERATED_ONLY = ("train_size", "test_size")
+DOWNLOADED_ONLY = ("mirror", "md5")
 
 
 def info(name: str) -> DatasetInfo:
     if name not in DATASETS:
         raise ConfigError(f"dataset {name!r} is not one of {sorted(DATASETS)}")
     return DATASETS[name]
-
-
-def check_overrides(name: str, overrides: dict | None) -> dict:
-    """The overrides of one dataset (config `datasets.NAME`), validated; ConfigError names the key."""
-    dataset, overrides = info(name), {} if overrides is None else overrides
-    where = f"datasets.{name}: "
-    schema.check(overrides, "dataset_overrides", where)
-    wrong_kind = _DOWNLOADED_ONLY if dataset.generated else _GENERATED_ONLY
-    for key in wrong_kind:
-        if key in overrides:
-            kind = "downloaded" if dataset.generated else "generated"
-            raise ConfigError(f"{where}{key!r} applies to {kind} datasets only")
-    for file in overrides.get("md5", {}):
-        if file not in dataset.files:
-            raise ConfigError(f"{where}md5: unknown file {file!r}, not one of {list(dataset.files)}")
-    return overrides
-
-
-def prepare(name: str, root: str | Path, overrides: dict | None = None) -> Path:
-    """Make the dataset ready under root/name (download + verify, or generate); returns that folder.
-
-    Does nothing when it is ready already. Safe against concurrent calls (a file lock) and
-    against being killed (temporary files, meta.json last).
-    """
-    from filelock import FileLock
-
-    overrides = check_overrides(name, overrides)
-    folder = dataset_dir(name, root)
-    folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(folder / ".prepare.lock"):
-        wanted = _generator_params(name, overrides)
-        if is_ready(name, root) and load_meta(name, root).get("generator") == wanted:
-            return folder
-        (folder / "meta.json").unlink(missing_ok=True)  # the splits are about to change
-        _remove_leftovers(folder)
-        if DATASETS[name].generated:
-            meta = _generate(name, folder, wanted)
-        else:
-            meta = _download(name, folder, overrides)
-        write_json(folder / "meta.json", meta)
-    log(name, f"ready in {folder}")
-    return folder
-
-
-def _generator_params(name: str, overrides: dict) -> dict | None:
-    if not DATASETS[name].generated:
-        return None
-    return {"seed": GENERATOR_SEED, **{key: overrides.get(key, GENERATED_SIZES[key]) for key in _GENERATED_ONLY}}
-
-
-def _remove_leftovers(folder: Path) -> None:
-    """Temporary files and extraction folders of a prepare that was killed."""
-    for path in folder.glob(".*.tmp"):
-        path.unlink()
-    for path in folder.glob(".extract-*"):
-        shutil.rmtree(path)
-
-
-def _generate(name: str, folder: Path, params: dict) -> dict[str, Any]:
-    from dpstudy.data import synthetic
-
-    dataset = DATASETS[name]
-    log(name, f"generating {params['train_size']} train + {params['test_size']} test samples, seed {params['seed']}")
-    data = synthetic.splits(dataset.channels, dataset.size, **params)
-    return {**_write_splits(name, folder, data), "sources": {}, "generator": params}
-
-
-def _download(name: str, folder: Path, overrides: dict) -> dict[str, Any]:
-    from dpstudy.data import download
-
-    sources = download.fetch(name, DATASETS[name].files, folder / "raw", overrides)
-    workdir = Path(tempfile.mkdtemp(dir=folder, prefix=".extract-"))
-    try:
-        data = download.read_splits(name, folder / "raw", workdir)
-    finally:
-        shutil.rmtree(workdir)  # the verified archives stay; extracted copies would double the disk use
-    _check_shapes(name, data)
-    return {**_write_splits(name, folder, data), "sources": sources}
-
-
-def _check_shapes(name: str, data: dict) -> None:
-    dataset = DATASETS[name]
-    expected = (dataset.channels, dataset.size, dataset.size)
-    for split, (images, labels) in data.items():
-        if tuple(images.shape[1:]) != expected or len(images) != len(labels) or not len(labels):
-            raise DatasetError(f"dataset {name!r}: {split} split has images {tuple(images.shape)} and "
-                               f"{len(labels)} labels, expected [N, {', '.join(map(str, expected))}]")
-        if labels.min() < 0 or labels.max() >= len(dataset.classes):
-            raise DatasetError(f"dataset {name!r}: {split} labels outside 0..{len(dataset.classes) - 1}")
-
-
-def _write_splits(name: str, folder: Path, data: dict) -> dict[str, Any]:
-    """Write train.pt/test.pt; return the meta fields that describe them."""
-    dataset = DATASETS[name]
-    splits = {}
-    for split, (images, labels) in data.items():
-        file = f"{split}.pt"
-        _save_atomic(folder / file, {"images": images.contiguous(), "labels": labels})
-        splits[split] = {"n": len(labels), "file": file, "sha256": _sha256(folder / file)}
-        log(name, f"converted {len(labels)} {split} samples")
-    mean, std = channel_stats(data["train"][0])
-    return {"name": name, "shape": [dataset.channels, dataset.size, dataset.size], "classes": list(dataset.classes),
-            "mean": mean, "std": std, "splits": splits}
-
-
-def channel_stats(images: "torch.Tensor") -> tuple[list[float], list[float]]:
-    """Per-channel mean and (unbiased) std of uint8 images scaled to 0..1, exact, from a
-    256-bin histogram: a float copy of CIFAR-10 would take gigabytes."""
-    import torch
-
-    values = torch.arange(256, dtype=torch.float64) / 255
-    means, stds = [], []
-    for c in range(images.shape[1]):
-        counts = torch.bincount(images[:, c].flatten(), minlength=256).to(torch.float64)
-        n = counts.sum()
-        mean = (counts * values).sum() / n
-        means.append(mean.item())
-        stds.append(((counts * (values - mean) ** 2).sum() / (n - 1)).sqrt().item())
-    return means, stds
-
-
-def _save_atomic(path: Path, obj: Any) -> None:
-    import torch
-
-    with atomic_output(path) as tmp:
-        torch.save(obj, tmp)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def log(name: str, message: str) -> None:

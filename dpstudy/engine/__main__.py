@@ -34,7 +34,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from dpstudy.study.cells import base_id
-    from dpstudy.study.schema import ConfigError
+    from dpstudy.util.errors import ConfigError
     from dpstudy.study.spec import load_spec
 
     try:

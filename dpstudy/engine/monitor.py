@@ -4,9 +4,12 @@ from __future__ import annotations
 import resource
 import threading
 import time
+from contextlib import ExitStack
 
 import psutil
 import torch
+
+from dpstudy.util import nvml
 
 
 def peak_memory_mb(devices: list[int]) -> list[float]:
@@ -25,7 +28,7 @@ class UtilSampler:
     """A thread that samples NVML utilisation and memory of the given CUDA devices.
 
     NVML numbers devices differently from CUDA (and CUDA_VISIBLE_DEVICES renumbers them), so
-    devices are matched by UUID.
+    devices are matched by UUID. One NVML session (dpstudy.util.nvml) stays open from start to stop.
     """
 
     def __init__(self, devices: list[int], interval_s: float = 0.5):
@@ -34,20 +37,23 @@ class UtilSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._handles: list = []
+        self._session = ExitStack()
+        self._nvml = None
 
     def start(self) -> "UtilSampler":
         if not self.devices:
             return self
+        self._nvml = self._session.enter_context(nvml.session())
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            if self._nvml is None:
+                raise RuntimeError("NVML is not available (no NVIDIA driver or no nvidia-ml-py)")
             self._handles = [
-                pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(i).uuid}")
+                self._nvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(i).uuid}")
                 for i in self.devices
             ]
         except Exception as e:  # no NVML: the record simply has no utilisation
             print(f"[dpstudy] GPU utilisation not sampled: {e}", flush=True)
+            self._session.close()
             return self
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
@@ -59,23 +65,26 @@ class UtilSampler:
             self._sample()
 
     def _sample(self) -> None:
-        import pynvml
-
         t = time.perf_counter() - self._t0
         for i, handle in zip(self.devices, self._handles):
-            rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            rates = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
             self.samples[str(i)].append({"t": round(t, 3), "gpu_util": rates.gpu,
                                          "mem_util": rates.memory, "mem_mb": memory.used / 2**20})
 
     def stop(self) -> dict[str, list[dict]] | None:
+        """The samples (None when nothing was sampled); a second call returns them unchanged."""
         if self._thread is None:
             return None
-        self._stop.set()
-        self._thread.join()
-        # One more at the end: NVML's utilisation covers the last sample period, so a run shorter
-        # than the interval still has its number.
-        self._sample()
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            try:
+                # One more at the end: NVML's utilisation covers the last sample period, so a run
+                # shorter than the interval still has its number.
+                self._sample()
+            finally:
+                self._session.close()
         return self.samples
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 
 from dpstudy.record import fields as record
+from dpstudy.record.envinfo import fallback_environment
+from dpstudy.study.resources import processes_per_node
 from dpstudy.util.atomic import write_json
 
 FAULT_FILE = ".fault.json"
@@ -53,8 +55,7 @@ class Outcome:
         self.record_path = self.out_dir / "record.json"
         self.fault_path = self.out_dir / FAULT_FILE
         self.cell, self.spec, self.t0 = cell, spec, t0
-        self.env: dict = {"torch": torch.__version__, "python": "", "hostname": "", "world_size": 0,
-                          "code_version": {}}
+        self.env: dict | None = None  # the rank's (envinfo.environment), once the engine measured it
         self.epochs: list[dict] = []
         self.util: dict | None = None
         self.probe: dict | None = None
@@ -82,8 +83,9 @@ class Outcome:
             summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
             summary["samples_per_s"] = steady_throughput(self.epochs)
             summary["final_test_acc"] = self.epochs[-1]["test_acc"]
-        return record.make(self.cell, status, reason, self.spec, self.env, self.epochs, summary, self.util,
-                           self.probe)
+        nodes = self.spec["nodes"]
+        env = self.env if self.env is not None else fallback_environment(processes_per_node(self.spec) * nodes, nodes)
+        return record.make(self.cell, status, reason, self.spec, env, self.epochs, summary, self.util, self.probe)
 
     # ---- faults ----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import torch.nn as nn
 
 from dpstudy.engine.loaders import Shard
 from dpstudy.study.spec import hardware_gap
+from dpstudy.util.ports import free_port
 
 
 class Skip(Exception):
@@ -118,14 +119,6 @@ def destroy_process_group() -> None:
     backend = dist.group.WORLD._get_backend(torch.device("cpu")) if dist.get_backend() == "gloo" else None
     dist.destroy_process_group()
     del backend  # the join happens here, with the GIL released
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def resolve_device(requested: str) -> str:

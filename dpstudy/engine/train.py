@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from dpstudy import models
 
-from dpstudy.data import registry as data
+from dpstudy.data import store as data
 
 from dpstudy.engine import probe
 

@@ -5,18 +5,17 @@ with it on a login node, and the tests run it on any machine.
 An entry is `M.m` (machine code sm_Mm, which runs on GPUs of capability M.x for x >= m), with
 `+PTX` also PTX compute_Mm (the driver JIT-compiles it for any GPU of capability >= M.m), `M.ma`
 (architecture-specific features: runs on M.m only) or `M.mf` (family-specific: runs on M.x for
-x >= m). Entries are separated by `;` (also `,` or spaces), as in TORCH_CUDA_ARCH_LIST; the
-pattern is dpstudy/study/schema.yaml's `ext.cuda_arch`.
+x >= m). Entries are separated by `;` (also `,` or spaces), as in TORCH_CUDA_ARCH_LIST; LIST
+below is the one statement of that syntax (the study's ext.cuda_arch is checked against it).
 """
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from dpstudy.util import nvml
-from dpstudy.study.schema import ConfigError
+from dpstudy.util.errors import ConfigError
 
 # What the workflow builds for a study that runs CUDA cells and names no ext.cuda_arch (plus the
 # GPUs the planning host sees): sm_80 machine code runs on every Ampere and Ada GPU (A100, A30,
@@ -26,6 +25,8 @@ DEFAULT_CUDA_ARCH = "8.0;9.0+PTX"
 
 ENTRY = re.compile(r"([0-9]+)\.([0-9]+)([af]?)(\+PTX)?")
 SEPARATORS = re.compile(r"[;, ]+")
+# A whole list: entries separated by ';', ',' or spaces, nothing else (used with fullmatch).
+LIST = re.compile(rf"{ENTRY.pattern}(?:{SEPARATORS.pattern}{ENTRY.pattern})*")
 
 
 @dataclass(frozen=True)
@@ -64,19 +65,11 @@ class Arch:
         return f"{self.major}.{self.minor}{self.suffix}{'+PTX' if self.ptx else ''}"
 
 
-@functools.cache
-def list_pattern() -> re.Pattern:
-    """dpstudy/study/schema.yaml's pattern of ext.cuda_arch: the one statement of the list syntax."""
-    from dpstudy.study.schema import schema
-
-    return re.compile(schema()["properties"]["ext"]["properties"]["cuda_arch"]["pattern"])
-
-
 def split(text: str, key: str = "ext.cuda_arch") -> list[str]:
     """The entries of an architecture list; ConfigError naming `key` and `text` if it is not one.
 
-    fullmatch, not the schema validator's search: a trailing newline passes `$` under Python's re."""
-    if not isinstance(text, str) or not list_pattern().fullmatch(text):
+    fullmatch: a trailing newline would pass `$` under Python's re."""
+    if not isinstance(text, str) or not LIST.fullmatch(text):
         raise ConfigError(f"{key}: {text!r} is not a CUDA architecture list such as {DEFAULT_CUDA_ARCH!r} "
                           "(entries M.m, M.ma, M.mf or M.m+PTX separated by ';')")
     return [entry for entry in SEPARATORS.split(text) if entry]

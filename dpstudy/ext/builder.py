@@ -26,6 +26,7 @@ from typing import Any
 
 from dpstudy.util.atomic import write_json
 from dpstudy.util.hashing import files_under, tree_sha256
+from dpstudy.util.proc import output_of
 from dpstudy.ext.arch import DEFAULT_CUDA_ARCH, split
 
 NAME = "dpstudy_ext"
@@ -104,10 +105,9 @@ def _visible_arch() -> list[str]:
 
 def _version(program: str | Path) -> str:
     """The first line of `program --version`; for nvcc the one with the release number."""
-    try:
-        out = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"unknown ({err})"
+    out = output_of([str(program), "--version"], timeout_s=30)
+    if out is None:
+        return f"unknown ({program} --version failed)"
     lines = [line.strip() for line in out.splitlines() if line.strip()] or ["unknown"]
     if Path(program).name == "nvcc":
         return next((line for line in lines if "release" in line), lines[-1])

@@ -11,13 +11,15 @@ from typing import Iterable
 from .arch import missing_kernels
 from .builder import SO_NAME, build, sources_sha256
 
-REPO = Path(__file__).resolve().parents[2]
+# dpstudy.study.outputs.EXT_DIR (a test keeps them equal): the workflow runs every job in its
+# working directory, so the path is relative to that, not to where the package is installed.
+DEFAULT_DIR = "results/ext"
 _loaded: Path | None = None
 
 
 def default_dir() -> Path:
-    """$DPSTUDY_EXT_DIR, else results/ext in the repository."""
-    return Path(os.environ.get("DPSTUDY_EXT_DIR") or REPO / "results" / "ext")
+    """$DPSTUDY_EXT_DIR, else results/ext in the working directory."""
+    return Path(os.environ.get("DPSTUDY_EXT_DIR") or DEFAULT_DIR)
 
 
 def load_library(out_dir: str | Path | None = None) -> Path:

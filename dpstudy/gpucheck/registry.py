@@ -63,7 +63,6 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "ms": lambda v: f"{_number(v)} ms",
     "us": lambda v: f"{_number(v)} µs",
     "bool": lambda v: "yes" if v else "no",
-    "text": str,
 }
 
 

@@ -58,7 +58,7 @@ def left_out_cells(log_lines: list[str]) -> list[str]:
     return cells
 
 
-def _count_by(rows, kinds) -> str:
+def _count_by(kinds) -> str:
     return ", ".join(f"{mode}{'' if backend == 'none' else ' ' + backend} {n}" for (mode, backend), n in kinds)
 
 
@@ -76,7 +76,7 @@ def check_tables(cells, util, visible: int, too_big: dict[str, int], left_out: l
     counts = [((m, b), int(((core["mode"] == m) & (core["backend"] == b)).sum())) for m, b in CORE]
     missing = [f"{m} {b}" if b != "none" else m for (m, b), n in counts if n == 0]
     figures["core_cells_ok"] = bool(good.all()) and not missing
-    details["core_cells_ok"] = f"{int(good.sum())} of {len(core)} ok on cuda ({_count_by(core, counts)})"
+    details["core_cells_ok"] = f"{int(good.sum())} of {len(core)} ok on cuda ({_count_by(counts)})"
     if missing:
         details["core_cells_ok"] += f"; no cell of {', '.join(missing)}"
     for row in core[~good].head(8).itertuples():

@@ -6,6 +6,9 @@ takes N free slots (one flock'd file per GPU), runs COMMAND with CUDA_VISIBLE_DE
 them and releases them when it ends. flock locks belong to the open file: when the holder dies,
 even by SIGKILL, the kernel releases them, so a killed job never strands its GPUs. A
 CUDA_VISIBLE_DEVICES already set (by SLURM, say) is respected: the pool stays out of the way.
+A job that reserved no GPU (N = 0) sees none: CUDA_VISIBLE_DEVICES is set empty, so it cannot
+use the GPUs other jobs reserved. `job_environment` is that policy, stated once; the cell
+launcher (dpstudy.jobs.launch) follows it too.
 Reading the GPU count uses NVML, not torch, so taking a slot costs milliseconds.
 """
 from __future__ import annotations
@@ -20,7 +23,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from dpstudy.util import nvml
 from dpstudy.util.lifeline import child_dies_with_us
@@ -72,15 +75,40 @@ def acquire(n: int, total: int, pool: Path = DEFAULT_POOL, timeout_s: float = 86
             lock.close()
 
 
-def run(command: list[str], n: int, pool: Path = DEFAULT_POOL) -> int:
+@contextmanager
+def job_environment(gpus: int, pool: Path = DEFAULT_POOL,
+                    say: Callable[[str], object] = lambda _message: None) -> Iterator[dict[str, str]]:
+    """The environment of a job that reserved `gpus` GPUs per node on this machine, for as long as
+    the block runs: the one statement of which GPUs a job may see.
+
+    - none reserved: CUDA_VISIBLE_DEVICES is empty, hiding every GPU (a scheduler's too), so the
+      job cannot use GPUs other jobs reserved;
+    - CUDA_VISIBLE_DEVICES already set (a scheduler chose the GPUs): kept;
+    - more than this machine has (none without a driver): unchanged, and the program finds too
+      few and says so (a cell records its skip);
+    - else `gpus` free slots of the pool, held until the block ends (`say` is told which).
+    """
+    env = dict(os.environ)
+    if gpus == 0:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        yield env
+        return
     total = visible_gpu_count()
-    if n == 0 or total == 0 or "CUDA_VISIBLE_DEVICES" in os.environ:
-        return subprocess.call(command, preexec_fn=child_dies_with_us())
-    with acquire(n, total, pool) as slots:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, slots))}
-        print(f"[dpstudy] GPU slots {slots}", file=sys.stderr, flush=True)
+    if "CUDA_VISIBLE_DEVICES" in env or gpus > total:
+        yield env
+        return
+    with acquire(gpus, total, pool) as slots:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slots))
+        say(f"GPU slots {slots}")
+        yield env
+
+
+def run(command: list[str], n: int, pool: Path = DEFAULT_POOL) -> int:
+    """Run `command` as a job that reserved `n` GPUs (job_environment); its exit status."""
+    with job_environment(n, pool, say=lambda message: print(f"[dpstudy] {message}", file=sys.stderr,
+                                                            flush=True)) as env:
         child = subprocess.Popen(command, env=env, preexec_fn=child_dies_with_us())
-        # Pass termination on, so cancelling the job stops the training it started.
+        # Pass termination on, so cancelling the job stops what it started.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda s, _f: child.send_signal(s))
         return child.wait()

@@ -8,7 +8,8 @@ The train rule execs this (G and C per node). It
   rendezvous runs on the batch host, where this launcher runs). Outside SLURM a multi-node cell
   runs as one process and train.py records why it was skipped;
 - gives the cell the GPUs its job reserved: those a scheduler put in CUDA_VISIBLE_DEVICES, else
-  free slots of this machine's pool (dpstudy.jobs.gpus); a job that reserved none sees no GPU;
+  free slots of this machine's pool; a job that reserved none sees no GPU (the policy is
+  dpstudy.jobs.gpus.job_environment's);
 - dies with its parent and takes its child along (dpstudy.util.lifeline). On SIGTERM, SIGINT or
   SIGHUP (a cancelled job, a time limit, Ctrl-C) it stops the child and leaves no record: the
   cell is not finished and the next run reruns it;
@@ -25,7 +26,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -41,10 +41,11 @@ from dpstudy.record import fields as record
 
 from dpstudy.jobs import slurm
 from dpstudy.util.atomic import write_json
-from dpstudy.record.envinfo import job_info, torch_origin, torch_version
+from dpstudy.record.envinfo import fallback_environment
 from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
-from dpstudy.record.provenance import code_version
-from dpstudy.study.spec import devices, hardware_gap
+from dpstudy.util.ports import free_port
+from dpstudy.study.resources import processes_per_node
+from dpstudy.study.spec import hardware_gap
 
 # The ranks run the engine as a module, so an installed (not editable) dpstudy works too.
 TRAIN_MODULE = ("-m", "dpstudy.engine")
@@ -61,12 +62,6 @@ class Stopped(Exception):
 def torchrun() -> list[str]:
     script = Path(sys.executable).parent / "torchrun"
     return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:
@@ -128,13 +123,13 @@ class Launcher:
         self.out.mkdir(parents=True, exist_ok=True)
         self.record_path.unlink(missing_ok=True)  # an old record must not stand for this run
         gap = hardware_gap(self.spec, 0) if self.args.gpus == 0 else None
-        if gap:  # the cell will see no GPU (see gpu_environment): no need to start torch to know
+        if gap:  # the cell will see no GPU (gpu_pool.job_environment): no need to start torch to know
             self.write_record("skipped", gap)
             return 0
         job = slurm.job_id()
         allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
         argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
-        with self.gpu_environment() as env:
+        with gpu_pool.job_environment(self.args.gpus, say=self.say) as env:
             write_json(self.out / ATTEMPT_FILE, {
                 "attempt": self.args.attempt, "host": socket.gethostname(),
                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -148,23 +143,6 @@ class Launcher:
         if self.stopped_by is not None:
             return self.finish_stopped()
         return self.finish(code)
-
-    @contextlib.contextmanager
-    def gpu_environment(self) -> Iterator[dict[str, str]]:
-        env = dict(os.environ)
-        if self.args.gpus == 0:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # a job that reserved no GPU must not use the node's
-            yield env
-            return
-        visible = gpu_pool.visible_gpu_count()
-        # A scheduler chose them, or this machine has too few (train.py records the skip).
-        if "CUDA_VISIBLE_DEVICES" in env or self.args.gpus > visible:
-            yield env
-            return
-        with gpu_pool.acquire(self.args.gpus, visible) as slots:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slots))
-            self.say(f"GPU slots {slots}")
-            yield env
 
     def finish(self, code: int) -> int:
         rec = self.wait_for_record()
@@ -198,10 +176,8 @@ class Launcher:
     def write_record(self, status: str, reason: str) -> None:
         """The record of a cell that ended here, without a training process to write it."""
         self.say(f"cell {status}: {reason}")
-        world = devices(self.spec) if self.spec["mode"] == "ddp" else 1
-        env = {"torch": torch_version(), **torch_origin(), "python": platform.python_version(),
-               "hostname": socket.gethostname(), "world_size": world, "nodes": self.spec["nodes"],
-               "code_version": code_version(), "job": job_info()}
+        nodes = self.spec["nodes"]
+        env = fallback_environment(processes_per_node(self.spec) * nodes, nodes)
         record.write(self.record_path, record.make(self.args.cell, status, reason, self.spec, env,
                                                    summary={"total_s": time.time() - self.t0}))
 

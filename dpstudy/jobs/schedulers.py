@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpstudy.util.proc import output_of
+
 SCHEDULERS = ("pbs", "sge", "lsf", "slurm")
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 
@@ -146,19 +148,17 @@ def cancel_command(scheduler: str, jobs: list[str]) -> list[str]:
 
 
 def _run(*argv: str) -> str | None:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    """A scheduler query's stdout; None when the command is missing, fails or hangs (60 s), which
+    status_of reads as a job still running (asked again later) rather than a failed one."""
+    return output_of(list(argv), timeout_s=60)
 
 
 def submit(scheduler: str, jobscript: str) -> str:
     r = request_of(read_properties(jobscript))
     Path(r.log).parent.mkdir(parents=True, exist_ok=True)
     argv = submit_command(scheduler, r, jobscript)
-    stdin = open(jobscript) if scheduler == "lsf" else None
-    done = subprocess.run(argv, stdin=stdin, capture_output=True, text=True)
+    script = Path(jobscript).read_text() if scheduler == "lsf" else None  # bsub reads it from stdin
+    done = subprocess.run(argv, input=script, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.strip()}")
     return parse_job_id(scheduler, done.stdout)

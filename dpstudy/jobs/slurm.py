@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from dpstudy.util.proc import output_of
 
 # slurmstepd's words when it stops a job for its limits (cgroup and jobacct_gather alike)
 TIME_LIMIT = re.compile(r"DUE TO TIME LIMIT", re.IGNORECASE)
@@ -26,12 +27,8 @@ def job_id() -> str | None:
 
 
 def run(*command: str) -> str | None:
-    """stdout of a SLURM client command, or None when it is missing or fails."""
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    """stdout of a SLURM client command, or None when it is missing, fails or hangs (30 s)."""
+    return output_of(list(command), timeout_s=30)
 
 
 def scontrol(kind: str, name: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ import torch
 
 from dpstudy import models
 
-from dpstudy.data import registry as data
+from dpstudy.data import store as data
 from dpstudy.engine.parallel import plan
 from dpstudy.study.spec import complete
 from dpstudy.engine.train import Trainer, load_datasets

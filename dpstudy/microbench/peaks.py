@@ -81,9 +81,9 @@ def memory_bandwidth(index: int = 0) -> tuple[float | None, str]:
     if clock_khz and bus_bits:
         return (2 * clock_khz * 1e3 * bus_bits / 8,
                 f"device properties: 2 x {clock_khz / 1e3:.0f} MHz x {bus_bits}-bit bus")
-    nvml = _nvml_memory(props.uuid)
-    if nvml:
-        clock_mhz, bus_bits = nvml
+    from_nvml = _nvml_memory(props.uuid)
+    if from_nvml:
+        clock_mhz, bus_bits = from_nvml
         return 2 * clock_mhz * 1e6 * bus_bits / 8, f"NVML: 2 x {clock_mhz} MHz x {bus_bits}-bit bus"
     peak = lookup(props.name)
     if peak:

@@ -4,7 +4,7 @@ Trainer, single device, synthetic images generated like dpstudy.data.synthetic's
 A warm-up epoch (cuDNN/cuBLAS set-up, allocator growth), then steady epochs until at least
 `min_steady_s` of training; images/s is steady samples over steady wall time (clocks read after
 a device synchronize, as in every cell). FLOPs per image are forward + backward as
-torch.utils.flop_counter counts them (dpstudy.models.stats: convolutions and matmuls, the
+torch.utils.flop_counter counts them (dpstudy.models.cost: convolutions and matmuls, the
 convention of MFU); MFU = achieved FLOP/s / the device's dense BF16 peak (dpstudy.microbench.peaks).
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ def measure(device: str | torch.device = "cuda", model: str = "resnet18", size: 
     wall = sum(e["wall_s"] for e in steady)
     samples = sum(e["samples"] for e in steady)
     images_per_s = samples / wall
-    flops = models.stats(model, 3, size)["train_flops_per_sample"]
+    flops = models.cost(model, 3, size)["train_flops_per_sample"]
     achieved = images_per_s * flops / 1e12
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = peaks.lookup(name) if device.type == "cuda" else None

@@ -45,7 +45,7 @@ def build(name: str, channels: int, size: int, classes: int = 10) -> "nn.Module"
     return model_class(name)(channels, size, classes)
 
 
-def stats(name: str, channels: int, size: int, classes: int = 10) -> dict[str, int]:
+def cost(name: str, channels: int, size: int, classes: int = 10) -> dict[str, int]:
     """Parameter count and training FLOPs per sample (forward + backward, counted by torch)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode

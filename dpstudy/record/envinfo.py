@@ -1,5 +1,7 @@
-"""The environment a record was measured in (DESIGN 3.3 `env`).
+"""The environment a record was measured in (docs/design.md, record.json: `env`), built here only.
 
+`environment` is a rank's, measured with torch; `fallback_environment` is the env of a record no
+rank measured (the launcher's failed and skipped records), built from the job's facts alone.
 torch is imported where it is needed: the launcher reads the job's facts without paying for it.
 """
 from __future__ import annotations
@@ -96,25 +98,32 @@ def job_info() -> dict:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
+def _job_facts(torch: str | None, world_size: int, nodes: int) -> dict:
+    """What every record's env holds, whether a rank measured it or not."""
+    return {"torch": torch, **torch_origin(), "python": platform.python_version(),
+            "hostname": socket.gethostname(), "world_size": world_size, "nodes": nodes,
+            "code_version": code_version(), "job": job_info()}
+
+
+def fallback_environment(world_size: int, nodes: int) -> dict:
+    """The env of a record written without a rank's measurements (the launcher's failed or skipped
+    record of a cell, or a rank's before it measured its own): the job's facts, without torch."""
+    return _job_facts(torch_version(), world_size, nodes)
+
+
 def environment(world_size: int, device: str, threads: int, nodes: int = 1) -> dict:
+    """A rank's env: the job's facts and what torch says about this process's devices."""
     import torch
 
     return {
-        "torch": torch.__version__,
-        **torch_origin(),
+        **_job_facts(torch.__version__, world_size, nodes),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": nccl_version(),
-        "python": platform.python_version(),
-        "hostname": socket.gethostname(),
         "cpu": cpu_name(),
         "cpu_count": len(os.sched_getaffinity(0)),
         "gpus": gpu_names(),
         "driver": driver_version(),
-        "world_size": world_size,
-        "nodes": nodes,
         "device": device,
         "threads_per_process": threads,
-        "code_version": code_version(),
-        "job": job_info(),
     }

@@ -1,4 +1,4 @@
-"""record.json (DESIGN 3.3): the schema every stage reads, and atomic writing.
+"""record.json (docs/design.md, record.json): the schema every stage reads, and atomic writing.
 
 A record exists only when finished: it is written to a temporary file in the same folder and
 renamed into place, so a killed job never leaves a half-written record behind.
@@ -103,28 +103,3 @@ def read(path: str | Path) -> dict[str, Any]:
     validate(record)
     return record
 
-
-def main() -> int:
-    """`python -m dpstudy.record.fields --status failed PATH`: exit 0 when PATH is a valid record with
-    that status. The train rule uses it to keep a failed cell's record for the report."""
-    import argparse
-    import sys
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--status", choices=STATUSES, required=True)
-    parser.add_argument("path")
-    args = parser.parse_args()
-    try:
-        status = read(args.path)["status"]
-    except (OSError, ValueError) as e:
-        print(f"no valid record at {args.path}: {e}", file=sys.stderr)
-        return 1
-    if status != args.status:
-        print(f"{args.path} has status {status}, not {args.status}", file=sys.stderr)
-        return 1
-    print(f"kept {args.path}: the cell {status}; see its reason in the report", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,7 +22,8 @@ from dpstudy.util.proc import output_of
 
 PACKAGE = Path(__file__).resolve().parents[1]
 # What a cell runs: the job wrapper (how processes start, pinning, GPU visibility) and each rank.
-TRAINING_ENTRY_POINTS = ("dpstudy.jobs.launch", "dpstudy.engine.__main__")
+# Paths, not module names: naming them is not importing them (see imported_names).
+TRAINING_ENTRY_POINTS = (PACKAGE / "jobs" / "launch.py", PACKAGE / "engine" / "__main__.py")
 # Compiled by dpstudy.ext.builder into the library the engine loads.
 NATIVE_SOURCES = PACKAGE / "ext" / "csrc"
 PACKAGE_DATA = (".yaml", ".json")
@@ -79,10 +80,11 @@ def imported_names(path: Path) -> set[str]:
     return {n for n in names if n == "dpstudy" or n.startswith("dpstudy.")}
 
 
-def closure(roots: tuple[str, ...]) -> list[Path]:
-    """The files of `roots` (module names, or paths of scripts) and of every dpstudy module they
-    import, transitively, with the packages that contain them and their package data."""
-    pending = [Path(r).resolve() if r.endswith((".py", ".ipynb")) else module_file(r) for r in roots]
+def closure(roots: tuple[str | Path, ...]) -> list[Path]:
+    """The files of `roots` (module names, or paths of scripts and notebooks) and of every dpstudy
+    module they import, transitively, with the packages that contain them and their package data.
+    Code that imports this module depends on the training code too: it hashes it."""
+    pending = [Path(r).resolve() if str(r).endswith((".py", ".ipynb")) else module_file(r) for r in roots]
     seen: set[Path] = set()
     while pending:
         path = pending.pop()
@@ -96,7 +98,8 @@ def closure(roots: tuple[str, ...]) -> list[Path]:
         pending += [module_file(n) for n in names]
     data = {p for path in seen if path.is_relative_to(PACKAGE)
             for p in path.parent.iterdir() if p.suffix in PACKAGE_DATA}
-    return sorted(seen | data)
+    hashed = set(training_paths()) if Path(__file__).resolve() in seen and roots != TRAINING_ENTRY_POINTS else set()
+    return sorted(seen | data | hashed)
 
 
 def shown(path: Path) -> str:

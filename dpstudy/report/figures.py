@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from dpstudy.study import outputs
 from dpstudy.util.atomic import atomic_output
 from dpstudy.report.text import not_run_lines as not_run_lines_of, plural
 
@@ -610,6 +611,7 @@ FIGURES: dict[str, Callable[[Tables], Figure]] = {
     "backends.png": backends,
     "utilisation.png": utilisation,
 }
+assert tuple(FIGURES) == outputs.FIGURES, "dpstudy.study.outputs.FIGURES names each figure file"
 
 
 def render(tables: Tables, out_dir: str | Path) -> list[Path]:

@@ -1,17 +1,23 @@
-"""The report's answers to the study's questions (../shared/sources/SUMMARY.md), from the tables.
+"""The report's answers to the study's questions (docs/sources.md), from the tables.
 
-Every function takes the tables of dpstudy.analysis.collect ({"cells", "epochs", "util", "settings",
-"scaling"}) and returns markdown. Repeats of a cell are summarised with 95 % intervals
-(dpstudy.analysis.stats): a difference is claimed only when it is larger than its interval, and called
-"within noise" otherwise; a single run gets its number and no claim. A question the data cannot
-answer gets "Not measured in this study: <why>" instead of silence.
+Every function takes the tables of dpstudy.analysis.collect.summarise (collect.TABLES) and returns
+markdown. Repeats of a cell are summarised with 95 % intervals (dpstudy.analysis.stats): a difference
+is claimed only when it is larger than its interval, and called "within noise" otherwise; a single run
+gets its number and no claim. A question the data cannot answer gets "Not measured in this study:
+<why>" instead of silence.
+
+This module only phrases: every number it states, and every verdict, is a column of a table
+(settings: a setting's speedup, its `verdict`, `noise_max_cv` and `effect`; comparisons: settings
+against settings; summary: the counts of verdicts, the noise floor, the busy host; data_wait, memory,
+util_means, scaling_settings). It picks rows, orders them and counts the lines it lists.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from dpstudy.analysis import stats
-from dpstudy.analysis.keys import BASELINE_KEYS, SETTING_KEYS
+from dpstudy.analysis.keys import BASELINE_KEYS
+from dpstudy.analysis.summary import VERDICT_COLUMNS
 from dpstudy.report.text import code, markdown_table, plural, significant, text
 
 Tables = dict[str, pd.DataFrame]
@@ -59,12 +65,24 @@ def finished(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[cells["status"] == "ok"]
 
 
-def against(value: tuple, reference: float, above: str, below: str, same: str) -> str:
-    """`above`/`below` when the interval clears `reference`, else `same` (or nothing for one run)."""
-    side = stats.versus(value, reference)
-    if not stats.has_interval(value[1], value[2]):
-        return ""
-    return {1: above, -1: below, 0: same}[side]
+def whole(v):
+    """A count or a key read back from a CSV column with gaps (2.0) as the integer it is."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def study(tables: Tables) -> pd.Series:
+    """The summary table's one row (dpstudy.analysis.summary.summary_table)."""
+    return tables["summary"].iloc[0]
+
+
+def by_setting(tables: Tables) -> pd.DataFrame:
+    """The settings table indexed by `setting`, the number other tables name a setting by."""
+    return tables["settings"].set_index("setting", drop=False)
+
+
+def members(comparison) -> list[int]:
+    """The settings of a comparisons row, in table order."""
+    return [int(s) for s in str(comparison["members"]).split()]
 
 
 # ---- Naming a setting: every key the study varies -------------------------------------------
@@ -112,22 +130,21 @@ def noise_text(row) -> str:
 
 
 NOISIER = "noisier than its effect"
+# The settings table's `verdict` (dpstudy.analysis.stats.VERDICTS) in words.
+VERDICT_TEXT = {"faster": "faster than one device", "slower": "slower than one device",
+                "within noise": "within noise of one device", "noisier": NOISIER}
 
 
 def speedup_verdict(row) -> str:
     """faster / slower / within noise of one device, NOISIER, or '' with too few runs."""
-    if row["noisy"]:
-        return NOISIER
-    return against(stats.value(row, "speedup"), 1.0, "faster than one device", "slower than one device",
-                   "within noise of one device")
+    return VERDICT_TEXT.get(row["verdict"], "") if isinstance(row["verdict"], str) else ""
 
 
 def verdict_text(row) -> str:
     verdict = speedup_verdict(row)
     if verdict == NOISIER:
-        noise = max(v for v in (row["noise_cv"], row["baseline_noise_cv"]) if pd.notna(v))
-        return (f"**{verdict}**: the noise ({percent(noise)}) is larger than the effect "
-                f"({percent(abs(row['speedup'] - 1))}), it cannot be told apart from one device")
+        return (f"**{verdict}**: the noise ({percent(row['noise_max_cv'])}) is larger than the effect "
+                f"({percent(row['effect'])}), it cannot be told apart from one device")
     return f"**{verdict}**" if verdict else ""
 
 
@@ -173,64 +190,64 @@ def speedup(tables: Tables) -> str:
             why = "no finished multi-device cell has a matching single-device cell that finished"
         return not_measured(why)
     keys = varied(tables)
-    verdicts = [speedup_verdict(r) for _, r in rows.iterrows()]
     lines = listed(rows, lambda r: speedup_line(r, keys), "speedup")
-    counted = {v: verdicts.count(v) for v in set(verdicts) if v}
+    figures = study(tables)
+    counted = {words: whole(figures[VERDICT_COLUMNS[v]]) for v, words in VERDICT_TEXT.items()
+               if figures[VERDICT_COLUMNS[v]]}
     summary = (", ".join(f"{n} {v}" for v, n in sorted(counted.items())) + ", judged by the 95 % intervals"
                " and the noise" if counted else "no interval to decide on (run the study with `repeats` > 1)")
-    lines.append(f"\nOf {plural(len(rows), 'multi-device setting')}: {summary}. Ideal: n devices n times as fast "
-                 "(100 % efficiency).")
-    return SPEEDUP_DEFINITION + "\n\n" + "\n".join(lines) + "\n\n" + across_nodes(rows, keys)
-
-
-BUSY_CORES = 0.25  # other processes' mean CPU (cores) above which a run counts as measured on a busy host
+    settings_count = plural(whole(figures["multi_settings"]), "multi-device setting")
+    lines.append(f"\nOf {settings_count}: {summary}. Ideal: n devices n times as fast (100 % efficiency).")
+    return SPEEDUP_DEFINITION + "\n\n" + "\n".join(lines) + "\n\n" + across_nodes(tables, keys)
 
 
 def busy_text(tables: Tables) -> str:
     """Which runs shared the machine with other processes: the first suspect for their noise."""
-    cells = finished(tables["cells"])
-    if "other_load" not in cells or cells["other_load"].isna().all():
+    figures = study(tables)
+    if pd.isna(figures["other_load_max"]):
         return ""
-    busy = cells[cells["other_load"] > BUSY_CORES]
-    if busy.empty:
-        return (f" No run shared the machine: other processes used at most {cells['other_load'].max():.2f} cores "
+    if not figures["busy_cells"]:
+        return (f" No run shared the machine: other processes used at most {figures['other_load_max']:.2f} cores "
                 "while a cell trained.")
-    return (f" **{plural(len(busy), 'run')} of {len(cells)} shared the machine** with other processes (more than "
-            f"{BUSY_CORES} cores on average while training, up to {busy['other_load'].max():.2f}): their "
-            "throughput is lower and noisier than a quiet machine's; run the study alone for numbers to publish.")
+    return (f" **{plural(whole(figures['busy_cells']), 'run')} of {whole(figures['finished_cells'])} shared the "
+            f"machine** with other processes (more than {figures['busy_cores']} cores on average while training, up "
+            f"to {figures['busy_other_load_max']:.2f}): their throughput is lower and noisier than a quiet machine's; "
+            "run the study alone for numbers to publish.")
 
 
 def single_noise(tables: Tables) -> str:
     """The noise floor: CV of a single-device setting's throughput over its repeats."""
-    settings = tables["settings"]
-    singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
-    if singles.empty:
+    settings, figures = tables["settings"], study(tables)
+    if not figures["noise_floor_settings"]:
         return not_measured("the noise floor needs a single-device setting with more than one repeat")
+    singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     keys = varied(tables)
     lines = [f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'])} over {r['repeats']} runs "
              f"({stats.interval_text(stats.value(r, 'samples_per_s'), significant, ' samples/s')})"
              for _, r in singles.iterrows()]
     return (f"Noise floor: the single-device throughput varies by a median CV of "
-            f"{percent(singles['noise_cv'].median())} between repeats (largest {percent(singles['noise_cv'].max())})."
+            f"{percent(figures['noise_floor_median_cv'])} between repeats (largest "
+            f"{percent(figures['noise_floor_max_cv'])})."
             + busy_text(tables) + "\n\n"
             + "\n".join(lines[:LIST_LIMIT]) + ("" if len(lines) <= LIST_LIMIT else
                                                f"\n- ... {len(lines) - LIST_LIMIT} more in `results/tables/settings.csv`"))
 
 
-def across_nodes(rows: pd.DataFrame, named: list[str] = ()) -> str:
-    """Intra- vs inter-node scaling: DDP at equal world size on one node and on several."""
-    keys = [k for k in SETTING_KEYS if k not in ("gpus", "nodes")]
-    ddp = rows[rows["mode"] == "ddp"]
+def across_nodes(tables: Tables, named: list[str] = ()) -> str:
+    """Intra- vs inter-node scaling: DDP at equal world size on one node and on several (the
+    comparisons of kind "nodes": the multi-node setting, the one-node one, the throughput ratio)."""
+    comparisons, settings = tables["comparisons"], by_setting(tables)
     pairs = []
-    for _, group in ddp.groupby(keys, dropna=False):
-        for _, far in group[group["nodes"] > 1].iterrows():
-            for _, near in group[group["nodes"] == 1].iterrows():
-                pairs.append(f"- {workload(far)} at {batch_phrase(far)}{extra_keys(far, named)}: {plural(far['devices'], 'device')} on one "
-                             f"node reached {near['efficiency'] * 100:.0f} % efficiency, spread over {far['nodes']} "
-                             f"nodes {far['efficiency'] * 100:.0f} % ({far['samples_per_s'] / near['samples_per_s']:.2f}x "
-                             "the one-node throughput).")
+    for _, pair in comparisons[comparisons["kind"] == "nodes"].iterrows():
+        far, near = settings.loc[pair["setting"]], settings.loc[pair["other"]]
+        pairs.append(f"- {workload(far)} at {batch_phrase(far)}{extra_keys(far, named)}: "
+                     f"{plural(far['devices'], 'device')} on one node reached {near['efficiency'] * 100:.0f} % "
+                     f"efficiency, spread over {far['nodes']} nodes {far['efficiency'] * 100:.0f} % "
+                     f"({pair['value']:.2f}x the one-node throughput).")
     if pairs:
         return "Intra- vs inter-node scaling (same world size):\n" + "\n".join(pairs[:LIST_LIMIT]) + "\n"
+    rows = tables["settings"]
+    ddp = rows[(rows["devices"] > 1) & rows["speedup"].notna() & (rows["mode"] == "ddp")]
     if (ddp["nodes"] > 1).any():
         return "Inter-node scaling: the multi-node cells have no one-node cell of the same world size to compare with.\n"
     return ""
@@ -264,10 +281,9 @@ NEGATIVE_NOTE = ("A negative term means that part took less than its ideal share
 
 
 def why_not_n(tables: Tables) -> str:
-    """Predicted vs measured speedup per setting, and the largest term that keeps it from n x."""
-    from dpstudy.analysis.scaling import LOSSES, by_setting
-
-    model = by_setting(tables["scaling"], tables["settings"])
+    """Predicted vs measured speedup per setting, and the largest term that keeps it from n x (the
+    scaling_settings table: dpstudy.analysis.scaling.settings_model)."""
+    model = tables["scaling_settings"]
     if model.empty:
         return not_measured("the scaling model needs a finished multi-device cell and its finished "
                             "single-device baseline")
@@ -277,9 +293,8 @@ def why_not_n(tables: Tables) -> str:
         return stats.interval_text(stats.value(r, "measured_speedup"), unit="x")
 
     def line(r) -> str:
-        loss = max(r[k] for k in LOSSES if pd.notna(r[k]))
         return (f"- {setting_name(r, keys)}: measured {measured(r)}, model {r['predicted_speedup']:.2f}x of an "
-                f"ideal {r['devices']}x. Largest loss: **{r['largest']}** ({significant(loss)} s of a "
+                f"ideal {r['devices']}x. Largest loss: **{r['largest']}** ({significant(r['largest_s'])} s of a "
                 f"{significant(r['measured_s'])} s epoch whose ideal is {significant(r['ideal_s'])} s).")
 
     lines = [MODEL_INTRO, "", *listed(model, line, "measured_speedup")]
@@ -310,27 +325,27 @@ def why_not_n(tables: Tables) -> str:
 # ---- Is accuracy the same across modes? -------------------------------------------------------
 
 def accuracy(tables: Tables) -> str:
-    settings = tables["settings"].dropna(subset=["final_test_acc"])
+    """The comparisons of kind "accuracy": per group of settings that differ only in mode, devices
+    or backend, the most against the least accurate, and the largest of those gaps."""
+    comparisons, settings = tables["comparisons"], by_setting(tables)
+    gaps = comparisons[comparisons["kind"] == "accuracy"]
     note = ("Test accuracy is computed once over the whole test set, counts all-reduced across ranks "
             "(not per rank).")
-    groups = [g for _, g in settings.groupby(list(BASELINE_KEYS), dropna=False) if len(g) > 1]
     keys = [k for k in varied(tables) if k in BASELINE_KEYS]
-    if not groups:
+    if gaps.empty:
         return not_measured("no setting finished in more than one mode") + " " + note
-    lines, widest = [], None
-    for group in groups:
-        best, worst = group.loc[group["final_test_acc"].idxmax()], group.loc[group["final_test_acc"].idxmin()]
-        gap = best["final_test_acc"] - worst["final_test_acc"]
-        claim = stats.compare(stats.value(best, "final_test_acc"), stats.value(worst, "final_test_acc"))
-        if widest is None or gap > widest[0]:
-            widest = (gap, best, worst, claim)
+    lines = []
+    for _, gap in gaps.iterrows():
+        best, group = settings.loc[gap["setting"]], settings.loc[members(gap)]
         parts = ", ".join(f"{who(r)} {stats.interval_text(tuple(v * 100 for v in stats.value(r, 'final_test_acc')), '{:.1f}', ' %')}"
                           for _, r in group.iterrows())
-        verdict = "differ beyond noise" if claim else ("within noise" if group["repeats"].min() > 1 else
-                                                       "one run each: no claim")
+        verdict = "differ beyond noise" if gap["claim"] else ("within noise" if gap["repeats"] > 1 else
+                                                              "one run each: no claim")
         lines.append(f"- {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}: {parts}: {verdict}.")
-    gap, best, worst, claim = widest
-    head = (f"Final test accuracy differed by at most {gap * 100:.1f} points across modes at equal settings "
+    widest = gaps[gaps["largest"].astype(bool)].iloc[0]
+    best, worst, claim = settings.loc[widest["setting"]], settings.loc[widest["other"]], widest["claim"]
+    head = (f"Final test accuracy differed by at most {widest['value'] * 100:.1f} points across modes at equal "
+            "settings "
             f"(largest gap: {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}, {who(best)} {best['final_test_acc'] * 100:.1f} % "
             f"vs {who(worst)} {worst['final_test_acc'] * 100:.1f} %"
             + ("; beyond noise" if claim else "; within noise" if worst["repeats"] > 1 else "") + ").")
@@ -341,56 +356,45 @@ def accuracy(tables: Tables) -> str:
 
 # ---- How much of each step is waiting for data? -----------------------------------------------
 
-def steady_epochs(epochs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """Epochs of finished cells after the warm-up epoch."""
-    return epochs[~epochs["warmup"].astype(bool) & epochs["cell"].isin(finished(cells)["cell"])]
-
-
-def wait_share(epochs: pd.DataFrame) -> float:
-    return epochs["data_wait_s"].sum() / epochs["wall_s"].sum()
-
-
 def loader_name(loader: str, workers: int, augment: str | None = None) -> str:
-    name = "loader device" if loader == "device" else f"loader torch/{plural(workers, 'worker')}"
+    name = "loader device" if loader == "device" else f"loader torch/{plural(whole(workers), 'worker')}"
     return name + (f", augment {text(augment)}" if augment else "")
 
 
 def data_wait(tables: Tables) -> str:
-    """Share of the training time spent waiting for data, by loader (and by mode)."""
-    cells, steady = tables["cells"], steady_epochs(tables["epochs"], tables["cells"])
-    if steady.empty:
+    """Share of the training time spent waiting for data, by loader (and by mode): the data_wait
+    table (dpstudy.analysis.summary.wait_table)."""
+    cells, wait = tables["cells"], tables["data_wait"]
+    if wait.empty:
         return not_measured(why_not_run(cells))
-    keys = ["loader", "workers"] + (["augment"] if steady["augment"].nunique() > 1 else [])
-    shares = steady.groupby(keys).apply(wait_share).sort_values(ascending=False)
-    named = [f"{percent(v)} with {loader_name(*(k if isinstance(k, tuple) else (k,)))}" for k, v in shares.items()]
+    loaders, setups = wait[wait["by"] == "loader"], wait[wait["by"] == "setup"]
+    named = [f"{percent(r['share'])} with "
+             f"{loader_name(r['loader'], r['workers'], r['augment'] if pd.notna(r['augment']) else None)}"
+             for _, r in loaders.iterrows()]
     text = f"Waiting for data took {named[0].replace(' with ', ' of the training time with ', 1)}"
     text += " (the only loader in this study)." if len(named) == 1 else f" vs {', '.join(named[1:])}."
-    by_mode = steady.groupby(["mode", "backend", "gpus", "nodes"]).apply(wait_share)
-    return text + " By mode: " + ", ".join(f"{setup_name(*k)} {percent(v)}" for k, v in by_mode.items()) + "."
+    return text + " By mode: " + ", ".join(
+        f"{setup_name(r['mode'], r['backend'], whole(r['gpus']), whole(r['nodes']))} {percent(r['share'])}"
+        for _, r in setups.iterrows()) + "."
 
 
 # ---- NCCL vs Gloo -----------------------------------------------------------------------------
 
 def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
-    cells, settings = tables["cells"], tables["settings"]
+    """NCCL against Gloo at otherwise equal settings: the comparisons of kind "backend"."""
+    cells, comparisons, settings = tables["cells"], tables["comparisons"], by_setting(tables)
     ddp_cells = cells[cells["mode"] == "ddp"]
-    ddp = settings[settings["mode"] == "ddp"]
-    keys = [k for k in SETTING_KEYS if k != "backend"]
     keys_named = varied(tables)
     lines = []
-    for _, group in ddp.groupby(keys, dropna=False):
-        by_backend = group.set_index("backend")
-        if {"nccl", "gloo"} <= set(by_backend.index):
-            nccl, gloo = by_backend.loc["nccl"], by_backend.loc["gloo"]
-            claim = stats.compare(stats.value(nccl, "samples_per_s"), stats.value(gloo, "samples_per_s"))
-            verdict = {1: "NCCL faster beyond noise", -1: "Gloo faster beyond noise",
-                       0: "within noise" if min(nccl["repeats"], gloo["repeats"]) > 1 else "one run each: no claim"}[claim]
-            row = group.iloc[0]
-            lines.append(f"- {workload(row)} on {plural(row['devices'], 'device')} at {batch_phrase(row)}"
-                         f"{extra_keys(row, keys_named)}: NCCL reached "
-                         f"{nccl['samples_per_s'] / gloo['samples_per_s']:.2f}x the throughput of Gloo "
-                         f"({significant(nccl['samples_per_s'])} vs {significant(gloo['samples_per_s'])} samples/s): "
-                         f"{verdict}.")
+    for _, pair in comparisons[comparisons["kind"] == "backend"].iterrows():
+        nccl, gloo, row = (settings.loc[pair["setting"]], settings.loc[pair["other"]],
+                           settings.loc[members(pair)[0]])
+        verdict = {1: "NCCL faster beyond noise", -1: "Gloo faster beyond noise",
+                   0: "within noise" if pair["repeats"] > 1 else "one run each: no claim"}[int(pair["claim"])]
+        lines.append(f"- {workload(row)} on {plural(row['devices'], 'device')} at {batch_phrase(row)}"
+                     f"{extra_keys(row, keys_named)}: NCCL reached {pair['value']:.2f}x the throughput of Gloo "
+                     f"({significant(nccl['samples_per_s'])} vs {significant(gloo['samples_per_s'])} samples/s): "
+                     f"{verdict}.")
     if lines:
         text = "\n".join(lines[:LIST_LIMIT]) + (f"\n- ... {len(lines) - LIST_LIMIT} more in "
                                                  "`results/tables/settings.csv`." if len(lines) > LIST_LIMIT else "")
@@ -406,32 +410,34 @@ def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
 # ---- Memory and utilisation -------------------------------------------------------------------
 
 def memory(tables: Tables) -> str:
-    """Peak memory per rank: the spread between the fullest and the emptiest device, per mode."""
-    multi = tables["cells"][tables["cells"]["devices"] > 1]
-    ok = finished(multi).dropna(subset=["peak_mem_mb_max", "peak_mem_mb_min"])
+    """Peak memory per rank: the spread between the fullest and the emptiest device, per mode (the
+    memory table's cell with the largest imbalance)."""
+    cells, imbalances = tables["cells"], tables["memory"]
+    multi = cells[cells["devices"] > 1]
     lines = []
     for mode in ("dp", "ddp"):
-        rows = ok[ok["mode"] == mode]
+        rows = imbalances[imbalances["mode"] == mode]
         if rows.empty:
             lines.append(f"- {mode.upper()}: {not_measured(why_not_run(multi[multi['mode'] == mode], mode.upper()))}")
             continue
-        ratio = rows["peak_mem_mb_max"] / rows["peak_mem_mb_min"]
-        r = rows.loc[ratio.idxmax()]
+        m = rows[rows["largest"].astype(bool)].iloc[0]
+        r = cells.set_index("cell").loc[m["cell"]]
         lines.append(f"- {setup_name(r['mode'], r['backend'], r['gpus'], r['nodes'])}: the fullest device peaked at "
-                     f"{ratio.max():.2f}x the memory of the emptiest ({r['peak_mem_mb_max']:.0f} MB vs "
-                     f"{r['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)}).")
+                     f"{m['imbalance']:.2f}x the memory of the emptiest ({m['peak_mem_mb_max']:.0f} MB vs "
+                     f"{m['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)}).")
     return ("\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "
             "peak resident set on CPU (last epoch).")
 
 
 def utilisation(tables: Tables) -> str:
-    util, cells = tables["util"], tables["cells"]
-    if util.empty:
+    """Mean GPU utilisation per cell and GPU (the util_means table)."""
+    means, cells = tables["util_means"], tables["cells"]
+    if means.empty:
         ran_on = ", ".join(text(d) for d in sorted(cells["env_device"].dropna().unique())) or "unknown"
         return not_measured(f"GPU utilisation was not sampled (the cells ran on {ran_on})")
-    means = util.groupby(["cell", "device"])["gpu_util"].mean()
-    lines = [f"- {code(cell)}: " + ", ".join(f"GPU {text(d)} {v:.0f} %" for (_, d), v in per.items())
-             + " busy on average." for cell, per in means.groupby(level=0)]
+    lines = [f"- {code(cell)}: "
+             + ", ".join(f"GPU {text(whole(d))} {v:.0f} %" for d, v in zip(per["device"], per["gpu_util"]))
+             + " busy on average." for cell, per in means.groupby("cell", sort=True)]
     more = len(lines) - LIST_LIMIT
     return "\n".join(lines[:LIST_LIMIT]) + (
         f"\n- ... {plural(more, 'more cell')} in `results/tables/util.csv`." if more > 0 else "")

@@ -1,43 +1,22 @@
 """A study of many settings at a glance: what varies, a pivot of the medians, the extremes.
 
 A study of a thousand settings cannot be read setting by setting; the report shows this summary
-instead and points at the tables for the rest. Every number is a median of the settings table
-(dpstudy.analysis.stats.settings_table): a pivot entry is the median over the settings that share the
-pivot's two keys, so the rest of the varied keys are aggregated, and the text says which.
+instead and points at the tables for the rest. Every number is a column of a table: the medians of
+the pivots are the `pivot` table's (dpstudy.analysis.pivots: a pivot entry is the median over the
+settings that share the pivot's two keys, so the rest of the varied keys are aggregated, and the text
+says which), the number of values of each varied key the `varied` table's; the extremes are rows of
+the settings table (dpstudy.analysis.stats.settings_table). This module only phrases them.
 """
 from __future__ import annotations
 
 import pandas as pd
 
+from dpstudy.analysis.pivots import axis_keys, same_partition  # noqa: F401 (dpstudy.report.figures imports axis_keys from here)
 from dpstudy.report.text import code, markdown_table, plural
 
 # Keys that say how a cell ran (one line of the figures each), not a parameter swept along an axis.
 SETUP_KEYS = ("mode", "backend", "nodes")
 MAX_ROWS = 40
-
-
-def values_of(settings: pd.DataFrame, key: str) -> int:
-    return settings[key].nunique(dropna=False)
-
-
-def same_partition(settings: pd.DataFrame, a: str, b: str) -> bool:
-    """True when `a` and `b` split the settings identically (batch and global batch on one device
-    count): a pivot over both would be a diagonal."""
-    pairs = settings[[a, b]].drop_duplicates().shape[0]
-    return pairs == values_of(settings, a) == values_of(settings, b)
-
-
-def axis_keys(settings: pd.DataFrame, exclude: tuple[str, ...] = (), count: int = 2) -> list[str]:
-    """The `count` varied keys with the most values (ties: SETTING_KEYS order), skipping those in
-    `exclude` and any that only restates a key already chosen."""
-    from dpstudy.analysis.stats import varied_keys
-
-    candidates = [k for k in varied_keys(settings) if k not in exclude]
-    chosen: list[str] = []
-    for key in sorted(candidates, key=lambda k: -values_of(settings, k)):
-        if len(chosen) < count and not any(same_partition(settings, key, c) for c in chosen):
-            chosen.append(key)
-    return chosen
 
 
 def aggregated(settings: pd.DataFrame, shown: list[str]) -> list[str]:
@@ -57,12 +36,14 @@ def label(value) -> str:
     return str(value)
 
 
-def pivot(settings: pd.DataFrame, keys: list[str], cell) -> pd.DataFrame:
-    """A markdown-ready table: rows the first key's values, columns the second's (or one column),
-    each entry `cell(group)` of the settings that share them; empty where none."""
-    rows, cols = keys[0], keys[1] if len(keys) > 1 else None
-    groups = settings.groupby([rows, cols] if cols else [rows], dropna=False, sort=True)
-    entries = {key if cols else (key[0], "median"): cell(group) for key, group in groups}
+def pivot(squares: pd.DataFrame, cell) -> pd.DataFrame:
+    """A markdown-ready table of the `pivot` table's `squares` (rows of one `of`): rows the values
+    of row_key, columns those of column_key (or one column), each entry `cell(square)`; empty where
+    no setting is."""
+    first = squares.iloc[0]
+    rows, cols = first["row_key"], first["column_key"] if pd.notna(first["column_key"]) else None
+    entries = {(square["row"], square["column"] if cols else "median"): cell(square)
+               for _, square in squares.iterrows()}
     table = pd.Series(entries, dtype=object)
     table.index = pd.MultiIndex.from_tuples(table.index)
     wide = table.unstack(1)
@@ -72,16 +53,16 @@ def pivot(settings: pd.DataFrame, keys: list[str], cell) -> pd.DataFrame:
     return wide.rename_axis(header).reset_index()
 
 
-def speedup_entry(group: pd.DataFrame) -> str:
-    """'2.95x (74 %)': median speedup and efficiency of the settings in `group`."""
-    speedup, efficiency = group["speedup"].median(), group["efficiency"].median()
+def speedup_entry(square) -> str:
+    """'2.95x (74 %)': median speedup and efficiency of the settings in a square."""
+    speedup, efficiency = square["speedup"], square["efficiency"]
     if pd.isna(speedup):
         return ""
     return f"{speedup:.2f}x ({efficiency * 100:.0f} %)"
 
 
-def accuracy_entry(group: pd.DataFrame) -> str:
-    accuracy = group["final_test_acc"].median()
+def accuracy_entry(square) -> str:
+    accuracy = square["final_test_acc"]
     return "" if pd.isna(accuracy) else f"{accuracy * 100:.1f} %"
 
 
@@ -93,13 +74,11 @@ def capped(table: pd.DataFrame, what: str, limit: int = MAX_ROWS) -> str:
     return text
 
 
-def varied_line(settings: pd.DataFrame) -> str:
-    from dpstudy.analysis.stats import varied_keys
-
-    keys = varied_keys(settings)
-    if not keys:
+def varied_line(settings: pd.DataFrame, varied: pd.DataFrame) -> str:
+    """The settings and the keys they differ in, with each key's number of values (`varied` table)."""
+    if varied.empty:
         return f"{plural(len(settings), 'setting')}; no setting key varies."
-    parts = [f"`{k}` ({plural(values_of(settings, k), 'value')})" for k in keys]
+    parts = [f"`{r['key']}` ({plural(int(r['values']), 'value')})" for _, r in varied.iterrows()]
     return f"{plural(len(settings), 'setting')} that differ in " + ", ".join(parts) + "."
 
 
@@ -142,20 +121,20 @@ def overview(tables: dict[str, pd.DataFrame], limit: int = 5, tables_dir: str = 
                f"that did not finish included: {code(f'{tables_dir}/cells.csv')}.")
     if settings.empty:
         return f"No setting finished: there is nothing to summarise. {pointer}"
-    keys = axis_keys(settings)
-    parts = [varied_line(settings)]
+    squares = tables["pivot"]
+    keys = [k for k in squares[["row_key", "column_key"]].iloc[0] if pd.notna(k)] if not squares.empty else []
+    parts = [varied_line(settings, tables["varied"])]
     multi = settings[settings["devices"] > 1]
     if len(multi) <= small:  # the sections below list every setting: medians over some would only add numbers
         return "\n\n".join([*parts, "Each setting is listed with its interval in the sections below.", pointer])
     if keys:
+        speedups, accuracies = squares[squares["of"] == "multi"], squares[squares["of"] == "all"]
         if not multi["speedup"].dropna().empty:
             parts.append(f"**Speedup (efficiency)** of the multi-device settings, {folded(multi, keys)}:\n\n"
-                         + capped(pivot(multi, keys, speedup_entry), "speedups"))
+                         + capped(pivot(speedups, speedup_entry), "speedups"))
         if not settings["final_test_acc"].dropna().empty:
             parts.append(f"**Final test accuracy** of every setting, {folded(settings, keys)}:\n\n"
-                         + capped(pivot(settings, keys, accuracy_entry), "accuracies"))
-    from dpstudy.analysis.stats import varied_keys
-
-    parts.append(extremes(multi, varied_keys(settings) or keys, limit))
+                         + capped(pivot(accuracies, accuracy_entry), "accuracies"))
+    parts.append(extremes(multi, list(tables["varied"]["key"]) or keys, limit))
     parts.append(pointer)
     return "\n\n".join(p for p in parts if p)

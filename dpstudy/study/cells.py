@@ -1,4 +1,4 @@
-"""Cell ids (DESIGN 3.2): readable, stable, one per distinct setting of the study."""
+"""Cell ids (docs/design.md, Cells): readable, stable, one per distinct setting of the study."""
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -13,7 +13,8 @@ def value_token(value: Any) -> str:
     return str(value)
 
 
-GRID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
+# The keys every id spells out (base_id); other keys appear only where a sweep sets them.
+ID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
 
 
 def base_id(spec: dict[str, Any]) -> str:
@@ -25,7 +26,7 @@ def base_id(spec: dict[str, Any]) -> str:
 def cell_id(spec: dict[str, Any], varied: Iterable[str] = (), repeats: int = 1) -> str:
     """base id, then -{key}{value} for every other varied key (sorted), then -r{k} with repeats."""
     parts = [base_id(spec)]
-    parts += [f"{key}{value_token(spec[key])}" for key in sorted(set(varied) - set(GRID_KEYS))]
+    parts += [f"{key}{value_token(spec[key])}" for key in sorted(set(varied) - set(ID_KEYS))]
     if repeats > 1:
         parts.append(f"r{spec['repeat']}")
     return "-".join(parts)

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpstudy.study.schema import ConfigError
-
-# Resources of the train rule, in the order the rule declares them.
-TRAIN_RESOURCES = ("gpu", "gres", "cpus_per_task", "cpus_per_gpu", "mem_mb", "runtime", "nodes", "tasks",
-                   "tasks_per_gpu", "mpi", "node_gpus", "node_cores")
+from dpstudy.util.errors import ConfigError
 
 
 def requests_gpus(study: dict[str, Any], visible_gpus: int) -> bool:

@@ -9,11 +9,9 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from dpstudy.util.errors import ConfigError
+
 SCHEMA_PATH = Path(__file__).with_name("schema.yaml")
-
-
-class ConfigError(ValueError):
-    """Bad user input (a study config or a cell spec); the message names the key and value."""
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""A cell spec: the complete settings one training run takes (DESIGN 3.1/3.2).
+"""A cell spec: the complete settings one training run takes (docs/design.md, Cells).
 
 `load_spec` accepts inline JSON or a path, rejects unknown keys and bad values with an error
 naming the key, fills the documented defaults from dpstudy/study/schema.yaml and checks the rules that
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dpstudy.study import schema
-from dpstudy.study.schema import ConfigError
+from dpstudy.util.errors import ConfigError
 
 def load_spec(text_or_path: str) -> dict[str, Any]:
     """Parse a SPEC argument: a JSON object inline, or the path of a JSON file."""
@@ -47,22 +47,39 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
         raise ConfigError(f"{where}dataset {cell['dataset']!r} is not one of {sorted(DATASETS)}")
     if cell["model"] not in MODELS:
         raise ConfigError(f"{where}model {cell['model']!r} is not one of {sorted(MODELS)}")
-    mode, gpus, backend = cell["mode"], cell["gpus"], cell["backend"]
-    if mode == "single" and gpus != 1:
-        raise ConfigError(f"{where}mode 'single' needs gpus 1, got gpus {gpus}")
-    if mode in ("single", "dp") and backend != "none":
-        raise ConfigError(f"{where}mode {mode!r} takes backend 'none', got backend {backend!r}")
-    if mode == "ddp" and backend == "none":
-        raise ConfigError(f"{where}mode 'ddp' needs backend 'nccl' or 'gloo', got backend 'none'")
-    nodes = cell.get("nodes", 1)
-    if nodes > 1 and mode != "ddp":
-        raise ConfigError(f"{where}mode {mode!r} runs as one process on one node, got nodes {nodes}; "
-                          "only ddp spans nodes")
+    gap = setup_gap(cell)
+    if gap:
+        raise ConfigError(where + gap)
+    gpus, nodes = cell["gpus"], cell.get("nodes", 1)
     if cell.get("batch_scope") == "global" and cell["batch"] % devices(cell):
         over = f"gpus {gpus}" if nodes == 1 else f"nodes x gpus {devices(cell)}"
         raise ConfigError(f"{where}batch {cell['batch']} is not divisible by {over} under batch_scope 'global'")
     if cell.get("workers", 0) and cell.get("loader") != "torch":
         raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
+
+
+# single and dp run as one process on one node, and take no process-group backend.
+ONE_PROCESS_MODES = ("single", "dp")
+
+
+def setup_gap(cell: dict[str, Any]) -> str | None:
+    """Why a cell's mode, gpus, nodes and backend do not go together, or None: the one statement
+    of these rules (spec validation raises it, a sweep's grid prunes by it)."""
+    mode, gpus, backend, nodes = cell["mode"], cell["gpus"], cell["backend"], cell.get("nodes", 1)
+    if mode == "single" and gpus != 1:
+        return f"mode 'single' needs gpus 1, got gpus {gpus}"
+    if mode in ONE_PROCESS_MODES and backend != "none":
+        return f"mode {mode!r} takes backend 'none', got backend {backend!r}"
+    if mode == "ddp" and backend == "none":
+        return "mode 'ddp' needs backend 'nccl' or 'gloo', got backend 'none'"
+    if nodes > 1 and mode in ONE_PROCESS_MODES:
+        return f"mode {mode!r} runs as one process on one node, got nodes {nodes}; only ddp spans nodes"
+    return None
+
+
+def backend_of(mode: str, backend: str) -> str:
+    """The backend a cell of `mode` runs with: none for the one-process modes."""
+    return "none" if mode in ONE_PROCESS_MODES else backend
 
 
 def devices(spec: dict[str, Any]) -> int:

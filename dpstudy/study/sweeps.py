@@ -1,4 +1,4 @@
-"""A study config -> the cells table (DESIGN 3.1/3.2), validated before any job exists."""
+"""A study config -> the cells table (docs/design.md, Cells), validated before any job exists."""
 from __future__ import annotations
 
 import copy
@@ -11,10 +11,13 @@ from typing import Any
 from dpstudy.study import schema
 
 from dpstudy.study import spec as specs
+from dpstudy.ext import arch as ext_arch
+from dpstudy.study import datasets
 from dpstudy.study.cells import cell_id
-from dpstudy.study.schema import ConfigError
+from dpstudy.util.errors import ConfigError
 
-GRID_DIMENSIONS = ("mode", "gpus", "nodes", "batch", "backend")
+# The spec keys a sweep may vary besides the settings (schema $defs/settings).
+SWEPT_SPEC_KEYS = ("mode", "gpus", "nodes", "batch", "backend")
 
 
 class JsonDict(dict):
@@ -69,11 +72,15 @@ def load(config: dict[str, Any]) -> dict[str, Any]:
             for inner, inner_prop in prop["properties"].items():
                 if "default" in inner_prop:
                     study[key].setdefault(inner, inner_prop["default"])
+    if study["ext"]["cuda_arch"] is not None:
+        ext_arch.split(study["ext"]["cuda_arch"])  # the list syntax; the error names ext.cuda_arch
+    for name, overrides in study["datasets"].items():
+        datasets.check_overrides(name, overrides)
     names = [s["name"] for s in study["sweeps"]]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise ConfigError(f"config: sweep name {duplicated[0]!r} is used more than once")
-    allowed = set(GRID_DIMENSIONS) | set(schema.property_names("settings"))
+    allowed = set(SWEPT_SPEC_KEYS) | set(schema.property_names("settings"))
     for sweep in study["sweeps"]:
         grid = sweep.get("grid", {})
         unknown = sorted(set(grid) - allowed)
@@ -94,17 +101,11 @@ def sweep_combinations(sweep: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
-    """Prune meaningless combinations: single needs gpus 1; single and dp run on one node and
-    take backend none."""
-    if combo["mode"] == "single" and combo["gpus"] != 1:
-        return None
-    if combo["mode"] in ("single", "dp") and combo["nodes"] > 1:
-        return None
-    if combo["mode"] in ("single", "dp"):
-        return {**combo, "backend": "none"}
-    if combo["backend"] == "none":
-        return None
-    return combo
+    """The combination as a cell runs it (single and dp take backend none, whatever the grid's
+    backends), or None when it cannot run (dpstudy.study.spec.setup_gap: single needs gpus 1,
+    single and dp run on one node, ddp needs a backend)."""
+    combo = {**combo, "backend": specs.backend_of(combo["mode"], combo["backend"])}
+    return None if specs.setup_gap(combo) else combo
 
 
 def dataset_of(study: dict[str, Any], sweep: dict[str, Any]) -> str:
@@ -127,7 +128,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
     cells: list[Cell] = []
     for combo in sweep_combinations(sweep):
         settings = {**base, **combo}
-        candidate = {k: settings.get(k, dims.get(k)) for k in GRID_DIMENSIONS}
+        candidate = {k: settings.get(k, dims.get(k)) for k in SWEPT_SPEC_KEYS}
         candidate.setdefault("mode", settings.get("mode"))
         if candidate["mode"] is None:
             raise ConfigError(f"{where}no mode: give grid.mode (single, dp, ddp)")
@@ -135,7 +136,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
         if kept is None:
             continue
         repeats = settings.pop("repeats")
-        raw = {**{k: v for k, v in settings.items() if k not in GRID_DIMENSIONS}, **kept,
+        raw = {**{k: v for k, v in settings.items() if k not in SWEPT_SPEC_KEYS}, **kept,
                "dataset": dataset_of(study, sweep), "model": sweep["model"],
                "device": study["device"], "data_root": study["data_root"]}
         for repeat in range(repeats):
@@ -184,9 +185,10 @@ def write_yaml(study: dict[str, Any], path: str) -> None:
     write_text(path, yaml.safe_dump(dict(study), sort_keys=False))
 
 
-def within_gpu_budget(cells: list[Cell], gpu_resource: int | None, needs_gpu) -> tuple[list[Cell], list[Cell]]:
-    """(kept, left out): cells whose GPU resource exceeds `--resources gpu=N` are left out."""
-    if gpu_resource is None:
+def within_gpu_budget(cells: list[Cell], gpu_resource: int | None, gpu_jobs: bool) -> tuple[list[Cell], list[Cell]]:
+    """(kept, left out): when jobs reserve GPUs (`gpu_jobs`), cells that need more than
+    `--resources gpu=N` are left out; CPU jobs reserve none and all stay."""
+    if gpu_resource is None or not gpu_jobs:
         return cells, []
-    kept = [c for c in cells if not needs_gpu(c) or c.gpus <= gpu_resource]
+    kept = [c for c in cells if c.gpus <= gpu_resource]
     return kept, [c for c in cells if c not in kept]

@@ -1,23 +1,40 @@
-"""One way to ask NVML (nvidia-ml-py) a question: the GPUs' facts without importing torch."""
+"""The one way to open NVML (nvidia-ml-py): the GPUs' facts without importing torch.
+
+`session()` is the only place that calls nvmlInit and nvmlShutdown; `query()` asks one question
+inside a session of its own, and a long reader (the engine's utilisation sampler) keeps one open.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
 
-def query(read: Callable[[Any], T], default: T) -> T:
-    """`read(pynvml)` inside an NVML session; `default` where there is no NVIDIA driver or NVML
-    cannot answer (no library, a driver too old for the call)."""
+@contextmanager
+def session() -> Iterator[Any]:
+    """The pynvml module inside an NVML session, shut down when the block ends; None where there
+    is no NVIDIA driver or no nvidia-ml-py, so that callers report nothing instead of failing."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception:
-        return default
+        yield None
+        return
     try:
-        return read(pynvml)
-    except Exception:
-        return default
+        yield pynvml
     finally:
         pynvml.nvmlShutdown()
+
+
+def query(read: Callable[[Any], T], default: T) -> T:
+    """`read(pynvml)` inside an NVML session; `default` where there is none or NVML cannot answer
+    (a driver too old for the call)."""
+    with session() as nvml:
+        if nvml is None:
+            return default
+        try:
+            return read(nvml)
+        except Exception:
+            return default

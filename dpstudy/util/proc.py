@@ -1,4 +1,5 @@
-"""Short subprocess queries (git, sinfo, nvcc --version) that must never hang a job."""
+"""Short subprocess queries that must never hang a job, and whose failure is an answer: git's
+commit, SLURM's and the other schedulers' client tools, a compiler's --version."""
 from __future__ import annotations
 
 import subprocess

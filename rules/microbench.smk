@@ -3,13 +3,13 @@
 
 rule kernel_bench:
     input:
-        ext="results/ext/build.json",
+        ext=outputs.EXT_BUILD,
         code=code_files("scripts/kernel_bench.py"),
     output:
-        csv="results/bench/kernels.csv",
-        png=report("results/figures/kernels.png", category="Microbenchmarks"),
+        csv=outputs.bench_csv("kernels"),
+        png=report(f"{outputs.FIGURES_DIR}/kernels.png", category="Microbenchmarks"),
     log:
-        "results/logs/kernel_bench.log",
+        f"{outputs.LOGS_DIR}/kernel_bench.log",
     conda:
         "../envs/train.yaml"
     threads: workflow.cores
@@ -17,7 +17,7 @@ rule kernel_bench:
         gpu=1 if GPU_JOBS else 0,
     shell:
         "OMP_NUM_THREADS={threads} python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
-        " python scripts/kernel_bench.py --ext results/ext --out {output.csv:q} --png {output.png:q}"
+        f" python scripts/kernel_bench.py --ext {outputs.EXT_DIR} --out {{output.csv:q}} --png {{output.png:q}}"
         " > {log:q} 2>&1"
 
 
@@ -25,10 +25,10 @@ rule comm_bench:
     input:
         code=code_files("scripts/comm_bench.py"),
     output:
-        csv="results/bench/comm.csv",
-        png=report("results/figures/comm.png", category="Microbenchmarks"),
+        csv=outputs.bench_csv("comm"),
+        png=report(f"{outputs.FIGURES_DIR}/comm.png", category="Microbenchmarks"),
     log:
-        "results/logs/comm_bench.log",
+        f"{outputs.LOGS_DIR}/comm_bench.log",
     conda:
         "../envs/train.yaml"
     threads: workflow.cores

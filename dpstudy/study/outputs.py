@@ -1,0 +1,48 @@
+"""Every path the workflow writes under results/, named once: the rules, the jobs and the report
+read them from here. Relative paths: the workflow runs in its working directory."""
+from __future__ import annotations
+
+RESULTS = "results"
+CELLS_DIR = f"{RESULTS}/cells"
+EXT_DIR = f"{RESULTS}/ext"
+EXT_BUILD = f"{EXT_DIR}/build.json"
+TABLES_DIR = f"{RESULTS}/tables"
+FIGURES_DIR = f"{RESULTS}/figures"
+BENCH_DIR = f"{RESULTS}/bench"
+REPORT_DIR = f"{RESULTS}/report"
+LOGS_DIR = f"{RESULTS}/logs"
+
+# dpstudy.analysis.collect writes one CSV per table, and the list of stale records: the tables of
+# records (cells ... util), then what collect.summarise derives from them; every number the report
+# states is a column of one of them.
+TABLES = ("cells", "epochs", "ranks", "util", "settings", "scaling", "scaling_settings", "comparisons", "summary",
+          "data_wait", "memory", "util_means", "varied", "pivot")
+STALE_FILE = "stale.txt"
+# dpstudy.report.figures draws one function per file.
+FIGURES = ("overview.png", "throughput.png", "scaling.png", "model.png", "epoch_split.png",
+           "accuracy_epochs.png", "accuracy_batch.png", "memory.png", "backends.png", "utilisation.png")
+# The microbenchmarks (config `bench`): the CSV and the figure of each.
+BENCHMARKS = ("kernels", "comm")
+REPORT_HTML = f"{REPORT_DIR}/report.html"
+REPORT_NOTEBOOK = f"{REPORT_DIR}/report.ipynb"
+STUDY_YAML = f"{REPORT_DIR}/study.yaml"
+
+
+def cell_dir(cell: str) -> str:
+    return f"{CELLS_DIR}/{cell}"
+
+
+def record_path(cell: str) -> str:
+    return f"{cell_dir(cell)}/record.json"
+
+
+def table_files() -> list[str]:
+    return [f"{TABLES_DIR}/{name}.csv" for name in TABLES] + [f"{TABLES_DIR}/{STALE_FILE}"]
+
+
+def figure_files() -> list[str]:
+    return [f"{FIGURES_DIR}/{name}" for name in FIGURES]
+
+
+def bench_csv(name: str) -> str:
+    return f"{BENCH_DIR}/{name}.csv"
