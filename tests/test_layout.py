@@ -97,10 +97,13 @@ def test_the_workflow_plans_without_torch_pandas_or_matplotlib():
 def test_no_module_reads_files_outside_the_package():
     # A non-editable install has no checkout around the package: paths above it do not exist.
     outside = re.compile(r"parents\[[1-9]\]|parent\.parent|\.\./")
+    # Two lines may climb: to the package folder itself, and to where dpstudy is imported from (a
+    # child process, the extension's compile, imports the same package).
+    allowed = ("PACKAGE = Path(__file__).resolve().parents[1]",
+               'IMPORT_ROOT = str(Path(importlib.util.find_spec("dpstudy").origin).parents[1])')
     offenders = [f"{provenance.module_name(p)}: {line.strip()}" for p in modules().values()
                  for line in p.read_text().splitlines()
-                 if outside.search(line) and not line.lstrip().startswith("#")
-                 and p != Path(provenance.__file__)]
+                 if outside.search(line) and not line.lstrip().startswith("#") and not line.startswith(allowed)]
     assert offenders == []
 
 

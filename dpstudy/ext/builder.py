@@ -13,6 +13,7 @@ library that CUDA cells could not use.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ from dpstudy.ext.arch import DEFAULT_CUDA_ARCH, split
 NAME = "dpstudy_ext"
 SO_NAME = f"{NAME}.so"
 CSRC = Path(__file__).resolve().parent / "csrc"
+IMPORT_ROOT = str(Path(importlib.util.find_spec("dpstudy").origin).parents[1])  # the folder holding dpstudy/
 OPS = ("rgb_to_grayscale", "conv2d", "conv2d_backward", "max_pool2d", "max_pool2d_backward")
 SCHEMA = "dpstudy.ext-build/1"
 CFLAGS = ["-O3", "-fopenmp"]  # at::parallel_for is OpenMP inline code: without -fopenmp it runs serially
@@ -173,8 +175,8 @@ def build(out_dir: str | Path = "results/ext", cuda_arch: str | None = None, cpu
 
 def _compile_in_child(build_dir: Path, files: list[Path], plan: dict[str, Any]) -> dict[str, Any]:
     build_dir.mkdir(parents=True, exist_ok=True)
-    # The child imports this package even when it is not installed.
-    path = os.pathsep.join(filter(None, [str(CSRC.parents[2]), os.environ.get("PYTHONPATH")]))
+    # The child imports this package from where this process did, installed or not.
+    path = os.pathsep.join(filter(None, [IMPORT_ROOT, os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     if plan["with_cuda"]:
         env.update(CUDA_HOME=plan["cuda_home"], TORCH_CUDA_ARCH_LIST=";".join(plan["cuda_arch"]))

@@ -13,7 +13,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+# make gpu-check runs in the repository: its tests, its workflow and its results are checked.
+REPO = Path.cwd()
 ONE_GPU_NCCL = ("one GPU: NCCL at world size 1 moves no data between devices; this is the per-call overhead, "
                 "not a bandwidth")
 ONE_GPU_GLOO = ("one GPU: Gloo at world size 2 runs both ranks on the one GPU, staging its tensors through host "

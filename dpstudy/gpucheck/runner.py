@@ -24,7 +24,8 @@ from pathlib import Path
 
 from dpstudy.gpucheck.registry import BY_NAME, NAMES
 
-REPO = Path(__file__).resolve().parents[2]
+# make gpu-check runs in the repository: its tests, its workflow and its results are checked.
+REPO = Path.cwd()
 DEFAULT_OUT = REPO / "results" / "gpu-check"
 NO_GPU = 77  # automake's "skipped": nothing could be checked here, which is not a failure
 
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: rewrite summary.md from the raw files in --out (needs no GPU)")
     args = parser.parse_args(argv)
     out = args.out.resolve()
+    if not (REPO / "Snakefile").is_file() and not args.summary_only:
+        parser.error(f"run it in the dpstudy repository (make gpu-check): {REPO} has no Snakefile")
     if args.summary_only:
         from dpstudy.gpucheck import summary
 
