@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/cluster.py [--epochs 2] [--train-size 2048]
 
-Starts the private two-node SLURM of the cluster tests (tests/slurm_cluster.py; needs root and
+Starts the private two-node SLURM of the cluster tests (tests/helpers/slurm_cluster.py; needs root and
 Debian's SLURM), runs the one-node cells of the quickstart grid (single, DDP g1 and g2 over Gloo,
 DP skipped) once with `snakemake --cores 2` and once with `--profile profiles/slurm`, and prints
 wall times and, per SLURM job, where its time went: queueing (submit to start), the job's own

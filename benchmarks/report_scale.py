@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/report_scale.py [--sizes 300,1000,3000] [--keep DIR]
 
-Per size, builds a study of that many cells from the record factory of the tests (tests/records.py):
+Per size, builds a study of that many cells from the record factory of the tests (tests/helpers/records.py):
 batch x learning rate x mode (single g1, dp g4, ddp/nccl g4) x 3 repeats on CUDA, with throughputs
 that scale plausibly with the batch and the mode, a little seeded noise, probes and utilisation
 samples (unless --no-util), plus a few cells that ran out of memory, were skipped or failed. Then

@@ -8,7 +8,7 @@ difference of mean log throughputs, mapped back by exp: throughput noise is mult
 on the log scale the interval is symmetric around its point, with Welch's degrees of freedom
 for unequal noise and repeat counts. This method was chosen by evidence: for simulated log-normal
 repeats (CV 3 %, 5 %, 20 %; n = 3, 5, 10) its intervals hold the true ratio 95.7-96 % of the time
-(tests/test_stats.py; benchmarks/interval_coverage.py prints the figures), while the percentile
+(tests/unit/analysis/test_stats.py; benchmarks/interval_coverage.py prints the figures), while the percentile
 bootstrap of medians that came before held it 89.6 % of the time at n = 3, with its point near
 one edge.
 

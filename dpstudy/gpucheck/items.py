@@ -63,7 +63,7 @@ def tests_result(counts: dict, returncode: int, duration_s: float, xml_name: str
     seed = counts["properties"].get("dpstudy_gpu_seed")
     if seed is not None:
         notes.append(f"random shapes drawn from seed {seed}; replay with DPSTUDY_GPU_SEED={seed} "
-                     "python -m pytest -m gpu tests/test_gpu.py")
+                     "python -m pytest -m gpu tests/e2e/test_gpu.py")
     notes.append(f"pytest exit status {returncode}; JUnit XML in {xml_name}")
     return {"figures": {key: counts[key] for key in ("ran", "failed", "passed", "skipped")} | {"duration_s": duration_s},
             "details": details, "notes": notes, "data": counts}

@@ -1,0 +1,199 @@
+"""Records -> tables: columns, speedup and its baseline, overhead, stale list, errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpstudy.analysis import collect
+from dpstudy.analysis.collect import CELL_COLUMNS, EPOCH_COLUMNS, RecordError
+from dpstudy.analysis.keys import SPEC_KEYS
+from helpers.records import (CURRENT, DP_REASON, EVAL_S, NCCL_REASON, OOM_REASON, SAMPLES, STARTUP_S, TEARDOWN_S,
+                     make_record, make_util, small_grid, write_records)
+from helpers import REPO
+
+
+
+def tables_of(tmp_path: Path, records: list[dict]) -> dict[str, pd.DataFrame]:
+    return collect.collect(write_records(tmp_path, records), CURRENT)
+
+
+def by_cell(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells.set_index("cell")
+
+
+@pytest.fixture
+def grid(tmp_path: Path) -> dict[str, pd.DataFrame]:
+    return tables_of(tmp_path, small_grid())
+
+
+def test_one_row_per_cell_with_every_spec_key(grid):
+    cells = grid["cells"]
+    assert list(cells.columns) == list(CELL_COLUMNS)
+    assert set(SPEC_KEYS) <= set(cells.columns)
+    assert len(cells) == len(small_grid()) and cells["cell"].is_unique
+
+
+def test_epochs_long_without_per_rank_list(grid):
+    epochs = grid["epochs"]
+    assert list(epochs.columns) == list(EPOCH_COLUMNS)
+    assert "peak_mem_mb" not in epochs.columns
+    assert len(epochs) == 4 * 2 + 1  # four ok cells of two epochs, the oom cell's first epoch
+    first = epochs[epochs["cell"] == "synthetic-lenet-ddp-g2-b64-gloo"].iloc[0]
+    assert first["warmup"] and first["peak_mem_mb_max"] == 120.0 and first["backend"] == "gloo"
+
+
+def test_speedup_and_efficiency_against_single_device(grid):
+    cells = by_cell(grid["cells"])
+    b64, b256 = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"], cells.loc["synthetic-lenet-ddp-g2-b256-gloo"]
+    assert b64["baseline"] == "synthetic-lenet-single-g1-b64-none"
+    assert b256["baseline"] == "synthetic-lenet-single-g1-b256-none"
+    assert b64["speedup"] == pytest.approx(1.5) and b64["efficiency"] == pytest.approx(0.75)
+    assert b256["speedup"] == pytest.approx(1.7) and b256["efficiency"] == pytest.approx(0.85)
+    assert cells.loc["synthetic-lenet-single-g1-b64-none", "speedup"] == pytest.approx(1.0)
+
+
+def test_unfinished_cells_have_no_speedup(grid):
+    cells = by_cell(grid["cells"])
+    assert cells.loc[["synthetic-lenet-dp-g2-b64-none", "synthetic-lenet-ddp-g2-b1024-gloo"], "speedup"].isna().all()
+
+
+def test_per_device_batch_compares_with_the_same_batch_on_one_device(tmp_path):
+    cells = by_cell(tables_of(tmp_path, [
+        make_record(mode="single", batch=64, samples_per_s=1000.0),
+        make_record(mode="ddp", gpus=2, batch=64, backend="gloo", batch_scope="per_device", samples_per_s=1800.0),
+        make_record(mode="ddp", gpus=2, batch=128, backend="gloo", samples_per_s=1900.0),
+    ])["cells"])
+    per_device = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"]
+    assert per_device["global_batch"] == 128
+    assert per_device["baseline"] == "synthetic-lenet-single-g1-b64-none"
+    assert per_device["speedup"] == pytest.approx(1.8)
+    no_single_b128 = cells.loc["synthetic-lenet-ddp-g2-b128-gloo"]
+    assert pd.isna(no_single_b128["baseline"]) and pd.isna(no_single_b128["speedup"])
+
+
+def test_baseline_averages_repeats_and_needs_equal_settings(tmp_path):
+    cells = by_cell(tables_of(tmp_path, [
+        make_record(mode="single", batch=64, repeat=0, samples_per_s=1000.0, suffix="-r0"),
+        make_record(mode="single", batch=64, repeat=1, samples_per_s=1200.0, suffix="-r1"),
+        make_record(mode="ddp", gpus=2, batch=64, backend="gloo", lr_scaling="linear", samples_per_s=2200.0),
+        make_record(mode="ddp", gpus=2, batch=64, backend="nccl", lr=0.1, samples_per_s=2000.0),
+    ])["cells"])
+    linear = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"]
+    assert linear["baseline"] == "synthetic-lenet-single-g1-b64-none-r0"
+    assert linear["speedup"] == pytest.approx(2200 / (1000 * 1200) ** 0.5)  # over the geometric mean of the repeats
+    assert pd.isna(cells.loc["synthetic-lenet-ddp-g2-b64-nccl", "speedup"])  # no single cell at lr 0.1
+
+
+def test_overhead_is_total_minus_epochs(grid):
+    cell = by_cell(grid["cells"]).loc["synthetic-lenet-single-g1-b64-none"]
+    epochs_s = 2 * (SAMPLES / 1000.0 + EVAL_S)
+    assert cell["epochs_s"] == pytest.approx(epochs_s)
+    assert cell["overhead_s"] == pytest.approx(STARTUP_S + TEARDOWN_S)
+    assert cell["peak_mem_mb_max"] == cell["peak_mem_mb_min"] == 101.0
+
+
+def test_skipped_and_oom_cells_kept_with_reason(grid, tmp_path):
+    collect.write_tables(grid, tmp_path / "tables")
+    cells = by_cell(pd.read_csv(tmp_path / "tables" / "cells.csv"))
+    assert cells.loc["synthetic-lenet-dp-g2-b64-none", ["status", "reason"]].tolist() == ["skipped", DP_REASON]
+    assert cells.loc["synthetic-lenet-ddp-g2-b64-nccl", "reason"] == NCCL_REASON
+    assert cells.loc["synthetic-lenet-ddp-g2-b1024-gloo", ["status", "reason"]].tolist() == ["oom", OOM_REASON]
+    assert pd.isna(cells.loc["synthetic-lenet-dp-g2-b64-none", "samples_per_s"])
+
+
+def test_stale_cells_listed_for_forcerun(tmp_path):
+    paths = write_records(tmp_path, small_grid())
+    tables = collect.collect(paths, CURRENT)
+    stale = tables["cells"].loc[tables["cells"]["stale"], "cell"].tolist()
+    assert stale == ["synthetic-lenet-single-g1-b256-none"]
+    written = collect.write_tables(tables, tmp_path / "tables")
+    assert {p.name for p in written} == {"cells.csv", "epochs.csv", "ranks.csv", "util.csv", "stale.txt"}
+    assert (tmp_path / "tables" / "stale.txt").read_text() == f"{paths[1]}\n"
+    current = collect.collect(paths, {"git_commit": None, "source_hash": "old000000000"})
+    assert current["cells"]["stale"].sum() == len(paths) - 1
+
+
+def test_stale_file_empty_when_nothing_is_stale(tmp_path):
+    tables = tables_of(tmp_path, [make_record(mode="single")])
+    collect.write_tables(tables, tmp_path / "tables")
+    assert (tmp_path / "tables" / "stale.txt").read_text() == ""
+
+
+def test_ranks_long_and_util_header_only_without_samples(grid, tmp_path):
+    ranks = grid["ranks"]
+    assert list(ranks.columns) == ["cell", "epoch", "rank", "peak_mem_mb"]
+    ddp = ranks[(ranks["cell"] == "synthetic-lenet-ddp-g2-b64-gloo") & (ranks["epoch"] == 2)]
+    assert ddp["peak_mem_mb"].tolist() == [120.0, 119.0]
+    collect.write_tables(grid, tmp_path / "tables")
+    assert (tmp_path / "tables" / "util.csv").read_text().strip() == "cell,device,t,gpu_util,mem_util,mem_mb"
+
+
+def test_util_samples_per_device(tmp_path):
+    util = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda",
+                                            util=make_util(2, [60.0, 58.0]))])["util"]
+    assert len(util) == 12 and sorted(util["device"].unique()) == [0, 1]
+    assert util.groupby("device")["gpu_util"].mean().tolist() == [60.0, 58.0]
+
+
+def test_unreadable_record_is_an_error_naming_the_file(tmp_path):
+    good = write_records(tmp_path, [make_record()])
+    broken = tmp_path / "broken" / "record.json"
+    broken.parent.mkdir()
+    broken.write_text("{not json")
+    with pytest.raises(RecordError, match=str(broken)):
+        collect.collect([*good, broken], CURRENT)
+    invalid = tmp_path / "invalid.json"
+    invalid.write_text(json.dumps({**make_record(), "status": "done"}))
+    with pytest.raises(RecordError, match=f"{invalid}.*'done'"):
+        collect.collect([invalid], CURRENT)
+    with pytest.raises(RecordError, match="missing.json"):
+        collect.collect([tmp_path / "missing.json"], CURRENT)
+
+
+def test_duplicate_cell_is_an_error(tmp_path):
+    first = write_records(tmp_path / "a", [make_record()])
+    second = write_records(tmp_path / "b", [make_record()])
+    with pytest.raises(RecordError, match="already came from"):
+        collect.collect(first + second, CURRENT)
+
+
+def test_cli_reads_a_record_list_and_reports_bad_files(tmp_path):
+    paths = write_records(tmp_path, small_grid())
+    listing = tmp_path / "records.txt"
+    listing.write_text("\n".join(map(str, paths[1:])) + "\n")
+    script = [sys.executable, str(REPO / "scripts" / "collect.py")]
+    subprocess.run([*script, "--records", str(paths[0]), "--records-from", str(listing),
+                    "--out-dir", str(tmp_path / "tables")], check=True, capture_output=True)
+    assert len(pd.read_csv(tmp_path / "tables" / "cells.csv")) == len(paths)
+    assert sorted(p.name for p in (tmp_path / "tables").glob("*.csv")) == sorted(f"{n}.csv" for n in collect.TABLES)
+    assert pd.read_csv(tmp_path / "tables" / "summary.csv")["multi_settings"].tolist() == [2]  # ddp g2 b64, b256
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    run = subprocess.run([*script, "--records", str(bad), "--out-dir", str(tmp_path / "t2")],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and str(bad) in run.stderr and not (tmp_path / "t2" / "cells.csv").exists()
+
+
+def test_multi_node_cells_count_every_device_of_the_world(tmp_path):
+    cells = by_cell(tables_of(tmp_path, [
+        make_record(mode="single", batch=64, samples_per_s=1000.0),
+        make_record(mode="ddp", gpus=2, nodes=2, batch=64, backend="gloo", samples_per_s=3000.0),
+    ])["cells"])
+    multi = cells.loc["synthetic-lenet-ddp-g2-b64-gloo-nodes2"]
+    assert (multi["nodes"], multi["devices"], multi["world_size"], multi["global_batch"]) == (2, 4, 4, 64)
+    assert multi["baseline"] == "synthetic-lenet-single-g1-b64-none"
+    assert multi["speedup"] == pytest.approx(3.0) and multi["efficiency"] == pytest.approx(0.75)
+    assert multi["scheduler"] == "slurm" and multi["job_id"] == "7" and multi["rank_nodes"] == "n1; n2"
+    assert cells.loc["synthetic-lenet-single-g1-b64-none", "rank_nodes"] == "testhost"
+
+
+def test_records_from_before_a_setting_existed_get_its_default(tmp_path):
+    old = make_record(mode="ddp", gpus=2, batch=64, backend="gloo")
+    del old["spec"]["nodes"]
+    cells = by_cell(tables_of(tmp_path, [old])["cells"])
+    assert cells.loc["synthetic-lenet-ddp-g2-b64-gloo", ["nodes", "devices"]].tolist() == [1, 2]

@@ -1,0 +1,194 @@
+"""The training entry point end to end: real processes, real torchrun, Gloo on CPU."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dpstudy.data import store as data
+
+from dpstudy.record import fields as record
+from helpers import REPO
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    data.prepare("synthetic", root, {"train_size": 4000, "test_size": 1000})
+    return root
+
+
+def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):
+    launcher = TORCHRUN + [f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
+    cmd = launcher + ["-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
+    started = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=REPO)
+    proc.seconds = time.time() - started
+    return proc
+
+
+def spec_for(data_root, **settings):
+    return {"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64, "epochs": 2,
+            "data_root": str(data_root), **settings}
+
+
+def test_single_cell_writes_a_complete_record(data_root, tmp_path):
+    proc = train(spec_for(data_root), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "ok" and rec["reason"] is None
+    assert rec["cell"] == "synthetic-lenet-single-g1-b64-none"
+    assert rec["spec"]["epochs"] == 2 and rec["spec"]["optimizer"] == "sgd"  # defaults filled in
+    assert rec["env"]["world_size"] == 1 and rec["env"]["device"] == "cpu"
+    assert len(rec["env"]["code_version"]["source_hash"]) == 12
+    first, last = rec["epochs"]
+    assert first["samples"] == last["samples"] == 4000
+    assert last["train_loss"] < first["train_loss"]
+    assert last["wall_s"] == pytest.approx(last["data_wait_s"] + last["compute_s"])
+    assert last["samples_per_s"] == pytest.approx(4000 / last["wall_s"])
+    assert len(last["peak_mem_mb"]) == 1 and last["peak_mem_mb"][0] > 50
+    summary = rec["summary"]
+    assert summary["median_epoch_s"] == last["wall_s"]  # epoch 1 is warm-up
+    # The steady window: every step after the first warmup_steps (10 x 64 samples), in any epoch.
+    assert rec["spec"]["warmup_steps"] == 10
+    assert first["steady_samples"] == 4000 - 10 * 64 and 0 < first["steady_s"] < first["wall_s"]
+    assert last["steady_samples"] == 4000 and last["steady_s"] == pytest.approx(last["wall_s"])
+    assert summary["samples_per_s"] == pytest.approx((3360 + 4000) / (first["steady_s"] + last["steady_s"]))
+    assert all(0 <= e["other_load"] <= os.cpu_count() for e in rec["epochs"])
+    # pinned to the cores it was given (--cores 2: two threads), within what it may use
+    allowed = sorted(os.sched_getaffinity(0))
+    assert rec["env"]["ranks"][0]["cores"] == (allowed[:2] if len(allowed) >= 2 else [])
+    assert 0 < summary["startup_s"] < summary["total_s"]
+    assert summary["final_test_acc"] == last["test_acc"]
+    assert proc.stdout.count("epoch ") == 2 and "test_acc" in proc.stdout
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_same_seed_gives_identical_losses(data_root, tmp_path):
+    losses = []
+    for run in ("a", "b"):
+        assert train(spec_for(data_root, epochs=1), tmp_path / run).returncode == 0
+        e = record.read(tmp_path / run / "record.json")["epochs"][0]
+        losses.append((e["train_loss"], e["test_loss"]))
+    assert losses[0] == losses[1]
+    assert train(spec_for(data_root, epochs=1, seed=1), tmp_path / "c").returncode == 0
+    assert record.read(tmp_path / "c" / "record.json")["epochs"][0]["train_loss"] != losses[0][0]
+
+
+@pytest.mark.slow
+def test_ddp_over_gloo_matches_single_device(data_root, tmp_path):
+    single = train(spec_for(data_root, epochs=3), tmp_path / "single")
+    ddp = train(spec_for(data_root, epochs=3, mode="ddp", gpus=2, backend="gloo"), tmp_path / "ddp", nproc=2)
+    assert single.returncode == 0 and ddp.returncode == 0, ddp.stderr
+    a, b = record.read(tmp_path / "single/record.json"), record.read(tmp_path / "ddp/record.json")
+    assert b["status"] == "ok" and b["env"]["world_size"] == 2 and b["env"]["threads_per_process"] == 1
+    assert b["epochs"][-1]["samples"] == 4000  # both ranks' samples, all-reduced
+    assert len(b["epochs"][-1]["peak_mem_mb"]) == 2
+    cores = [r["cores"] for r in b["env"]["ranks"]]  # one core each, not shared
+    allowed = sorted(os.sched_getaffinity(0))
+    assert cores == [[allowed[r]] if r < len(allowed) else [] for r in range(2)]  # a rank beyond the cores pins none
+    assert abs(a["summary"]["final_test_acc"] - b["summary"]["final_test_acc"]) < 0.04
+    assert b["summary"]["final_test_acc"] > 0.85
+
+
+@pytest.mark.parametrize("settings, nproc, reason", [
+    ({"mode": "dp", "gpus": 2}, None, "mode dp needs CUDA"),
+    ({"mode": "ddp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
+    ({"device": "cuda"}, None, "no CUDA device is visible"),
+    ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
+    ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match nodes x gpus 1"),
+    ({"mode": "ddp", "gpus": 1, "nodes": 2, "backend": "gloo"}, 1,
+     "nodes 2 needs a launch on 2 nodes (srun torchrun --nnodes=2"),
+])
+def test_cells_the_hardware_cannot_run_are_skipped(data_root, tmp_path, settings, nproc, reason):
+    proc = train(spec_for(data_root, **settings), tmp_path, nproc=nproc)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "skipped" and reason in rec["reason"]
+    assert rec["epochs"] == [] and rec["summary"]["final_test_acc"] is None
+
+
+def test_oom_on_one_ddp_rank_stops_every_rank(data_root, tmp_path):
+    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=2)
+    proc = train(spec, tmp_path, nproc=2, env={"DPSTUDY_INJECT_FAULT": "oom:1:2:3"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "oom" and rec["reason"].startswith("rank 1: OutOfMemoryError")
+    assert len(rec["epochs"]) == 1  # the epoch finished before the fault is kept
+    assert proc.seconds < 60  # no rank waited for a collective timeout
+
+
+def test_unexpected_error_is_a_failed_record_and_nonzero_exit(data_root, tmp_path):
+    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
+    proc = train(spec, tmp_path, nproc=2, env={"DPSTUDY_INJECT_FAULT": "error:0:1:2"}, timeout=120)
+    assert proc.returncode != 0
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "failed" and "rank 0: RuntimeError: injected error" in rec["reason"]
+
+
+def test_a_record_written_before_the_rank_measured_its_env_has_the_jobs_facts(tmp_path):
+    # The engine's fallback env is the launcher's (dpstudy.record.envinfo builds both), not a blank one.
+    from dpstudy.engine.outcome import Outcome
+    from dpstudy.record.envinfo import fallback_environment
+    from dpstudy.study.spec import complete
+
+    spec = complete({"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "backend": "gloo"})
+    Outcome(tmp_path, "c", spec, time.time()).write("failed", "rank 0: RuntimeError: x")
+    env = record.read(tmp_path / "record.json")["env"]
+    assert set(env) == set(fallback_environment(2, 1)) and (env["world_size"], env["nodes"]) == (2, 1)
+
+
+def test_bad_spec_is_rejected_before_anything_runs(tmp_path):
+    proc = train({"dataset": "synthetic", "model": "lenet", "mode": "single", "colour": 1}, tmp_path)
+    assert proc.returncode == 2 and "unknown key 'colour'" in proc.stderr
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_missing_downloadable_dataset_names_the_preparation_step(tmp_path):
+    proc = train({"dataset": "mnist", "model": "lenet", "mode": "single", "data_root": str(tmp_path / "d")},
+                 tmp_path / "out")
+    assert proc.returncode != 0
+    rec = record.read(tmp_path / "out/record.json")
+    assert rec["status"] == "failed" and "'mnist' is not prepared" in rec["reason"] and "prepare_data" in rec["reason"]
+
+
+@pytest.mark.slow
+def test_lenet_learns_synthetic_to_90_percent_with_defaults(tmp_path):
+    # The issue's bar: default settings, default dataset size, 3 epochs at batch 64.
+    proc = train({"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64,
+                  "data_root": str(tmp_path / "data")}, tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "out/record.json")
+    assert rec["spec"]["epochs"] == 3 and rec["summary"]["final_test_acc"] >= 0.90
+
+
+@pytest.mark.parametrize("settings", [{"precision": "bf16", "channels_last": True}, {"precision": "fp16"},
+                                      {"optimizer": "adam", "lr": 0.001, "loader": "torch", "workers": 1,
+                                       "augment": "crop_flip", "batch_scope": "per_device"}])
+def test_other_settings_train(data_root, tmp_path, settings):
+    proc = train(spec_for(data_root, epochs=1, **settings), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "ok" and rec["spec"] == {**rec["spec"], **settings}
+    assert rec["epochs"][0]["train_loss"] < 2.3  # below chance level: it learned something
+
+
+@pytest.mark.slow
+def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(data_root, tmp_path):
+    # torchrun --standalone binds its rendezvous store to a port the kernel picks (port 0), so
+    # two jobs started at the same moment on one machine cannot collide.
+    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
+    launcher = TORCHRUN + ["--nproc-per-node=2", "-m", "dpstudy.engine", "--spec", json.dumps(spec)]
+    jobs = [subprocess.Popen(launcher + ["--out", str(tmp_path / name), "--cores", "1"], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
+    for job in jobs:
+        output, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, output
+    for name in ("a", "b"):
+        assert record.read(tmp_path / name / "record.json")["status"] == "ok"

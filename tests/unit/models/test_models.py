@@ -1,0 +1,41 @@
+import pytest
+import torch
+
+from dpstudy.models import MODELS, build, cost
+
+SHAPES = {"gray28": (1, 28), "rgb32": (3, 32), "stl96": (3, 96)}
+PLAIN = [name for name, info in MODELS.items() if not info.needs_ext]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name", PLAIN)
+def test_forward_and_backward_on_every_dataset_shape(name, shape):
+    channels, size = SHAPES[shape]
+    torch.manual_seed(0)
+    model = build(name, channels, size, 10)
+    x = torch.randn(2, channels, size, size)
+    out = model(x)
+    assert out.shape == (2, 10)
+    out.logsumexp(1).sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
+
+
+def test_lenet_matches_the_source_on_cifar():
+    # Source 000: on 32x32x3 the flattened features are 1024 wide.
+    model = build("lenet", 3, 32)
+    assert model.classifier[0].in_features == 1024
+
+
+def test_stats_count_parameters_and_flops():
+    s = cost("lenet", 1, 28)
+    assert s["params"] == sum(p.numel() for p in build("lenet", 1, 28).parameters())
+    # The first conv alone: 28*28 outputs x 6 channels x 9 MACs = 42336 MACs forward.
+    assert s["train_flops_per_sample"] > 3 * 2 * 42336
+    assert cost("vgg19", 3, 32)["train_flops_per_sample"] > 100 * s["train_flops_per_sample"]
+
+
+def test_unknown_model_is_an_error():
+    with pytest.raises(KeyError, match="model 'gpt'"):
+        build("gpt", 1, 28)
