@@ -9,6 +9,7 @@ wall times and, per SLURM job, where its time went: queueing (submit to start), 
 start-up and tear-down around the training process (start to end minus the record's total_s),
 and what Snakemake's status polling adds on top (the run's wall time minus the jobs' span).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,22 @@ from dpstudy.record import fields as record  # noqa: E402
 
 
 def study(epochs: int, train_size: int) -> dict:
-    return {"study": "cluster_bench", "request_gpus": "always",
-            "datasets": {"synthetic": {"train_size": train_size, "test_size": train_size // 4}},
-            "defaults": {"epochs": epochs}, "bench": {"kernels": False, "comm": False},
-            "resources": {"mem_mb_per_process": 1500, "runtime_min": 30},
-            "sweeps": [{"name": "modes", "dataset": "synthetic", "model": "lenet",
-                        "grid": {"mode": ["single", "dp", "ddp"], "gpus": [1, 2], "batch": [64],
-                                 "backend": ["gloo"]}}]}
+    return {
+        "study": "cluster_bench",
+        "request_gpus": "always",
+        "datasets": {"synthetic": {"train_size": train_size, "test_size": train_size // 4}},
+        "defaults": {"epochs": epochs},
+        "bench": {"kernels": False, "comm": False},
+        "resources": {"mem_mb_per_process": 1500, "runtime_min": 30},
+        "sweeps": [
+            {
+                "name": "modes",
+                "dataset": "synthetic",
+                "model": "lenet",
+                "grid": {"mode": ["single", "dp", "ddp"], "gpus": [1, 2], "batch": [64], "backend": ["gloo"]},
+            }
+        ],
+    }
 
 
 def timed(workdir: Path, *args: str, config: dict, env: dict | None = None) -> float:
@@ -59,8 +69,15 @@ def main() -> int:
         cluster = SlurmCluster().start()
         try:
             remote = copy_checkout(Path(tmp) / "slurm")
-            slurm_s = timed(remote, "--profile", "profiles/slurm", "--slurm-status-command", "squeue",
-                            config=config, env=cluster.env)
+            slurm_s = timed(
+                remote,
+                "--profile",
+                "profiles/slurm",
+                "--slurm-status-command",
+                "squeue",
+                config=config,
+                env=cluster.env,
+            )
             jobs = cluster.finished_jobs()
         finally:
             cluster.stop()
@@ -69,9 +86,16 @@ def main() -> int:
             rec = record.read(path)
             job = jobs[rec["env"]["job"]["job_id"]]
             submit, start, end = (datetime.fromisoformat(job[k]) for k in ("SubmitTime", "StartTime", "EndTime"))
-            rows.append((rec["cell"], (start - submit).total_seconds(),
-                         (end - start).total_seconds() - rec["summary"]["total_s"], rec["summary"]["total_s"],
-                         submit, end))
+            rows.append(
+                (
+                    rec["cell"],
+                    (start - submit).total_seconds(),
+                    (end - start).total_seconds() - rec["summary"]["total_s"],
+                    rec["summary"]["total_s"],
+                    submit,
+                    end,
+                )
+            )
     span = (max(r[5] for r in rows) - min(r[4] for r in rows)).total_seconds()
     print(f"{len(rows)} cells, {args.epochs} epochs, {args.train_size} training samples, 2 cores")
     print(f"local (snakemake --cores 2):            {local_s:6.1f} s")
@@ -80,8 +104,10 @@ def main() -> int:
     print(f"{'cell':40} {'queued s':>9} {'job start-up+tear-down s':>25} {'training process s':>19}")
     for cell, queued, around, total, *_ in rows:
         print(f"{cell:40} {queued:9.1f} {around:25.1f} {total:19.1f}")
-    print(f"median per job: queued {statistics.median(r[1] for r in rows):.1f} s, start-up and tear-down in the "
-          f"job {statistics.median(r[2] for r in rows):.1f} s (SLURM's times have 1 s resolution)")
+    print(
+        f"median per job: queued {statistics.median(r[1] for r in rows):.1f} s, start-up and tear-down in the "
+        f"job {statistics.median(r[2] for r in rows):.1f} s (SLURM's times have 1 s resolution)"
+    )
     return 0
 
 

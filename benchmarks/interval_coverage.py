@@ -13,6 +13,7 @@ intervals that contain the true ratio for:
 and how often the bootstrap's point estimate sat in the outer tenth of its own interval (the
 t-interval is symmetric on the log scale: never).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ def bootstrap_ratio(top: np.ndarray, bottom: np.ndarray, rng: np.random.Generato
 
 def simulate(n: int, cv: float, simulations: int, seed: int = 0) -> dict[str, float]:
     rng = np.random.default_rng(seed)
-    sigma = math.sqrt(math.log(1 + cv ** 2))
+    sigma = math.sqrt(math.log(1 + cv**2))
     hits = {"t-log": 0, "bootstrap": 0, "edge": 0}
     for _ in range(simulations):
         top = 1000 * TRUE_RATIO * rng.lognormal(0, sigma, n)

@@ -5,6 +5,7 @@
 Targets (CPU, this project's issue): extension rgb_to_grayscale >= 1000x the Python loop and at
 least as fast as PyTorch; extension max_pool2d backward >= 100x the Python loop.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,11 @@ import argparse
 import pandas as pd
 
 # (op, column, minimum)
-TARGETS = [("rgb_to_grayscale", "speedup_vs_loop", 1000.0), ("rgb_to_grayscale", "speedup_vs_pytorch", 1.0),
-           ("max_pool2d_backward", "speedup_vs_loop", 100.0)]
+TARGETS = [
+    ("rgb_to_grayscale", "speedup_vs_loop", 1000.0),
+    ("rgb_to_grayscale", "speedup_vs_pytorch", 1.0),
+    ("max_pool2d_backward", "speedup_vs_loop", 100.0),
+]
 
 
 def main() -> None:
@@ -39,8 +43,10 @@ def main() -> None:
     cpu = df[(df.op == "rgb_to_grayscale") & (df.device == "cpu")].set_index("impl")["median_s"]
     if "torchvision" in cpu:
         ratio = cpu["torchvision"] / cpu["extension"]
-        print(f"{'rgb_to_grayscale':20} {'vs torchvision':34} {ratio:10.1f}x  target >= 1x  "
-              f"{'ok' if ratio >= 1 else 'MISSED'}")
+        print(
+            f"{'rgb_to_grayscale':20} {'vs torchvision':34} {ratio:10.1f}x  target >= 1x  "
+            f"{'ok' if ratio >= 1 else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Targets on the 2-core CPU: (c) >= 2.5x faster than (a), and (c) within 1.15x of 
 With a GPU: (c) >= 20x faster than (a), data wait under 5 % of the epoch (`make gpu-check` checks
 these). The measuring is dpstudy.microbench.loader's; this script prints its table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,11 +30,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results = loader.run(args.device, repeats=args.repeats)
-    print(f"lenet / synthetic (10000 samples), batch 64, steady epoch, {args.threads} threads, "
-          f"device {args.device}; (c) and (d): median of {args.repeats}")
+    print(
+        f"lenet / synthetic (10000 samples), batch 64, steady epoch, {args.threads} threads, "
+        f"device {args.device}; (c) and (d): median of {args.repeats}"
+    )
     print("\n".join(loader.table(results)))
-    print(f"(c) is {results['a']['wall_s'] / results['c']['wall_s']:.2f}x faster than (a) (target >= 2.5x on CPU, "
-          f">= 20x on GPU); (c) / (d) = {results['c']['wall_s'] / results['d']['wall_s']:.2f} (target <= 1.15)")
+    print(
+        f"(c) is {results['a']['wall_s'] / results['c']['wall_s']:.2f}x faster than (a) (target >= 2.5x on CPU, "
+        f">= 20x on GPU); (c) / (d) = {results['c']['wall_s'] / results['d']['wall_s']:.2f} (target <= 1.15)"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Variants: `pinned` (dpstudy's default on CPU: each rank on its own cores), `unpi
 run), `noaslr` (pinned, hash seed fixed, address-space randomisation off: `setarch -R`).
 Run it on an otherwise idle machine; its own numbers say when it was not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,27 +32,55 @@ sys.path.insert(0, str(REPO))
 
 from dpstudy.data import store as data  # noqa: E402
 
-VARIANTS = {"pinned": ({}, []), "unpinned": ({"DPSTUDY_PIN_CORES": "0"}, []),
-            "hashseed": ({"PYTHONHASHSEED": "0"}, []), "noaslr": ({"PYTHONHASHSEED": "0"}, ["setarch", "-R"])}
+VARIANTS = {
+    "pinned": ({}, []),
+    "unpinned": ({"DPSTUDY_PIN_CORES": "0"}, []),
+    "hashseed": ({"PYTHONHASHSEED": "0"}, []),
+    "noaslr": ({"PYTHONHASHSEED": "0"}, ["setarch", "-R"]),
+}
 
 
 def spec(data_root: Path, batch: int, repeat: int) -> dict:
-    return {"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": batch, "epochs": 3,
-            "optimizer": "adam", "lr": 0.003, "loader": "device", "device": "cpu", "repeat": repeat,
-            "data_root": str(data_root)}
+    return {
+        "dataset": "synthetic",
+        "model": "lenet",
+        "mode": "single",
+        "batch": batch,
+        "epochs": 3,
+        "optimizer": "adam",
+        "lr": 0.003,
+        "loader": "device",
+        "device": "cpu",
+        "repeat": repeat,
+        "data_root": str(data_root),
+    }
 
 
 def run(variant: str, cell_spec: dict, out: Path) -> dict:
     env, prefix = VARIANTS[variant]
-    cmd = [*prefix, sys.executable, str(REPO / "scripts" / "train.py"), "--spec", json.dumps(cell_spec),
-           "--out", str(out), "--cell", f"noise-{variant}", "--cores", "1"]
-    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO,
-                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **env})
+    cmd = [
+        *prefix,
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "--spec",
+        json.dumps(cell_spec),
+        "--out",
+        str(out),
+        "--cell",
+        f"noise-{variant}",
+        "--cores",
+        "1",
+    ]
+    subprocess.run(
+        cmd, check=True, capture_output=True, cwd=REPO, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **env}
+    )
     rec = json.loads((out / "record.json").read_text())
     later = rec["epochs"][1:]
-    return {"steady": rec["summary"]["samples_per_s"],
-            "epochs_after_first": sum(e["samples"] for e in later) / sum(e["wall_s"] for e in later),
-            "other_load": max(e.get("other_load", float("nan")) for e in rec["epochs"])}
+    return {
+        "steady": rec["summary"]["samples_per_s"],
+        "epochs_after_first": sum(e["samples"] for e in later) / sum(e["wall_s"] for e in later),
+        "other_load": max(e.get("other_load", float("nan")) for e in rec["epochs"]),
+    }
 
 
 def cv(values: list[float]) -> str:
@@ -76,13 +105,18 @@ def main() -> int:
             for v in variants:
                 results[v].append(run(v, spec(root / "data", args.batch, i), root / f"{v}-{i}"))
                 r = results[v][-1]
-                print(f"round {i} {v:>9}: {r['steady']:8.0f} samples/s (epochs >= 2: {r['epochs_after_first']:8.0f}),"
-                      f" other processes {r['other_load']:.2f} cores", flush=True)
+                print(
+                    f"round {i} {v:>9}: {r['steady']:8.0f} samples/s (epochs >= 2: {r['epochs_after_first']:8.0f}),"
+                    f" other processes {r['other_load']:.2f} cores",
+                    flush=True,
+                )
     print(f"\n{'variant':>9} {'mean':>8} {'CV steady':>10} {'CV epochs>=2':>13} {'max other load':>15}")
     for v, runs in results.items():
         steady, old = [r["steady"] for r in runs], [r["epochs_after_first"] for r in runs]
-        print(f"{v:>9} {statistics.mean(steady):8.0f} {cv(steady):>10} {cv(old):>13} "
-              f"{max(r['other_load'] for r in runs):>15.2f}")
+        print(
+            f"{v:>9} {statistics.mean(steady):8.0f} {cv(steady):>10} {cv(old):>13} "
+            f"{max(r['other_load'] for r in runs):>15.2f}"
+        )
     return 0
 
 

@@ -5,6 +5,7 @@
 Target on the 2-core development machine: at most 10 s for 1,000 cells. Prints the measured
 seconds, the number of train jobs Snakemake planned and the ratio to the target.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,12 +26,20 @@ MODELS = ("lenet", "vgg_bn", "resnet18", "simplecnn", "vgg19")
 
 def study(sweeps: int, lrs: int) -> dict:
     # Per sweep: single (5 batches) + ddp (4 gpu counts x 5 batches), times `lrs` learning rates.
-    grid = {"mode": ["single", "ddp"], "gpus": [1, 2, 4, 8], "batch": [16, 32, 64, 128, 256],
-            "backend": ["gloo"], "lr": [round(0.01 * (i + 1), 3) for i in range(lrs)]}
-    return {"study": "plan_benchmark", "sweeps": [
-        {"name": f"s{i}", "dataset": "synthetic", "model": MODELS[i % len(MODELS)], "grid": grid}
-        for i in range(sweeps)
-    ]}
+    grid = {
+        "mode": ["single", "ddp"],
+        "gpus": [1, 2, 4, 8],
+        "batch": [16, 32, 64, 128, 256],
+        "backend": ["gloo"],
+        "lr": [round(0.01 * (i + 1), 3) for i in range(lrs)],
+    }
+    return {
+        "study": "plan_benchmark",
+        "sweeps": [
+            {"name": f"s{i}", "dataset": "synthetic", "model": MODELS[i % len(MODELS)], "grid": grid}
+            for i in range(sweeps)
+        ],
+    }
 
 
 def main() -> int:
@@ -42,8 +51,18 @@ def main() -> int:
         yaml.safe_dump(study(args.sweeps, args.lrs), f)
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    cmd = [str(bin_dir / "snakemake"), "-n", "--cores", "1", "--resources", "gpu=8",
-           "--configfile", f.name, "--quiet", "rules"]
+    cmd = [
+        str(bin_dir / "snakemake"),
+        "-n",
+        "--cores",
+        "1",
+        "--resources",
+        "gpu=8",
+        "--configfile",
+        f.name,
+        "--quiet",
+        "rules",
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start

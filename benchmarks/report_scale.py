@@ -13,6 +13,7 @@ for the page's height.
 Targets on the 2-core development machine, at 3,000 cells: collect + figures + report under 60 s,
 and the page under 20 screens (one screen: 1,000 px).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,11 @@ from dpstudy.record.provenance import code_version  # noqa: E402
 from dpstudy.study.sweeps import write_yaml  # noqa: E402
 
 BATCHES = tuple(8 * 2**k for k in range(10))  # 8 .. 4096
-MODES = {"single": {"gpus": 1, "backend": "none"}, "dp": {"gpus": 4, "backend": "none"},
-         "ddp": {"gpus": 4, "backend": "nccl"}}
+MODES = {
+    "single": {"gpus": 1, "backend": "none"},
+    "dp": {"gpus": 4, "backend": "none"},
+    "ddp": {"gpus": 4, "backend": "nccl"},
+}
 REPEATS = 3
 TARGET_S, TARGET_SCREENS, SCREEN_PX = 60.0, 20, 1000
 FAILED_REASON = "rank 2: RuntimeError: NCCL watchdog timeout (at train.py:141)"
@@ -56,23 +60,30 @@ def throughput(mode: str, batch: int, rng: random.Random) -> float:
     """samples/s: one GPU saturates with the batch; 4 GPUs gain more the larger the batch, DDP
     more than DP; about 3 % noise."""
     single = 60000 * batch / (batch + 96)
-    efficiency = {"single": 1.0, "dp": 0.30 + 0.35 * batch / (batch + 256),
-                  "ddp": 0.45 + 0.5 * batch / (batch + 128)}[mode]
+    efficiency = {"single": 1.0, "dp": 0.30 + 0.35 * batch / (batch + 256), "ddp": 0.45 + 0.5 * batch / (batch + 128)}[
+        mode
+    ]
     return single * MODES[mode]["gpus"] * efficiency * rng.lognormvariate(0, 0.03)
 
 
 def accuracy(lr: float, batch: int, rng: random.Random) -> float:
     """Final test accuracy: best near lr 0.05 and small batches, a little noise."""
-    return min(0.99, max(0.1, 0.92 - 0.06 * math.log10(lr / 0.05) ** 2 - 0.01 * math.log2(batch / 8)
-                         + rng.gauss(0, 0.004)))
+    return min(
+        0.99, max(0.1, 0.92 - 0.06 * math.log10(lr / 0.05) ** 2 - 0.01 * math.log2(batch / 8) + rng.gauss(0, 0.004))
+    )
 
 
 def probe(mode: str, batch: int) -> dict | None:
     """The scaling model's parts of a step (dpstudy.engine.probe) for DP and DDP cells."""
     step = 0.004 + batch / 60000
     if mode == "ddp":
-        return {"steps": 8, "sync_step_s": step * 1.15, "nosync_step_s": step, "allreduce_s": step * 0.4,
-                "grad_bytes": 246_000}
+        return {
+            "steps": 8,
+            "sync_step_s": step * 1.15,
+            "nosync_step_s": step,
+            "allreduce_s": step * 0.4,
+            "grad_bytes": 246_000,
+        }
     if mode == "dp":
         return {"steps": 8, "scatter_s": step * 0.1, "replicate_s": step * 0.3, "gather_s": step * 0.05}
     return None
@@ -80,8 +91,17 @@ def probe(mode: str, batch: int) -> dict | None:
 
 def one_cell(mode: str, batch: int, lr: float, repeat: int, code: dict, rng: random.Random, util: bool) -> dict:
     """A record: ok, or (rarely, seeded) out of memory, skipped or failed with its reason."""
-    keys = {"mode": mode, **MODES[mode], "batch": batch, "lr": lr, "repeat": repeat, "device": "cuda",
-            "epochs": 3, "suffix": f"-lr{lr:g}-r{repeat}", "code": code}
+    keys = {
+        "mode": mode,
+        **MODES[mode],
+        "batch": batch,
+        "lr": lr,
+        "repeat": repeat,
+        "device": "cuda",
+        "epochs": 3,
+        "suffix": f"-lr{lr:g}-r{repeat}",
+        "code": code,
+    }
     devices = MODES[mode]["gpus"]
     if mode == "dp" and batch == BATCHES[-1]:
         return make_record("oom", samples_per_s=throughput(mode, batch, rng), reason=OOM_REASON, **keys)
@@ -92,10 +112,15 @@ def one_cell(mode: str, batch: int, lr: float, repeat: int, code: dict, rng: ran
         return {**rec, "status": "failed"}
     final = accuracy(lr, batch, rng)
     busy = [rng.uniform(55, 95) for _ in range(devices)]
-    return make_record(samples_per_s=throughput(mode, batch, rng), accs=(final - 0.2, final - 0.05, final),
-                       wait_frac=rng.uniform(0.01, 0.08), util=make_util(devices, busy) if util else None,
-                       probe=probe(mode, batch),
-                       peak_mem=[500.0 + batch / 4 + rng.uniform(0, 20) for _ in range(devices)], **keys)
+    return make_record(
+        samples_per_s=throughput(mode, batch, rng),
+        accs=(final - 0.2, final - 0.05, final),
+        wait_frac=rng.uniform(0.01, 0.08),
+        util=make_util(devices, busy) if util else None,
+        probe=probe(mode, batch),
+        peak_mem=[500.0 + batch / 4 + rng.uniform(0, 20) for _ in range(devices)],
+        **keys,
+    )
 
 
 def lr_count(cells: int) -> int:
@@ -106,8 +131,13 @@ def lr_count(cells: int) -> int:
 def study_records(cells: int, util: bool = True, seed: int = 0) -> list[dict]:
     """About `cells` records: the first cells of a batch x lr x mode x repeat grid, lr slowest."""
     rng, code = random.Random(seed), code_version()
-    grid = [(mode, batch, lr, repeat) for lr in learning_rates(lr_count(cells)) for batch in BATCHES
-            for mode in MODES for repeat in range(REPEATS)]
+    grid = [
+        (mode, batch, lr, repeat)
+        for lr in learning_rates(lr_count(cells))
+        for batch in BATCHES
+        for mode in MODES
+        for repeat in range(REPEATS)
+    ]
     return [one_cell(*key, code, rng, util) for key in grid[:cells]]
 
 
@@ -118,10 +148,22 @@ def write_study(root: Path, cells: int, util: bool) -> list[str]:
         path = Path("results/cells") / rec["cell"] / "record.json"
         record.write(root / path, rec)
         paths.append(str(path))
-    study = {"study": f"scale{cells}", "sweeps": [{"name": "grid", "dataset": "synthetic", "model": "lenet",
-                                                   "grid": {"mode": list(MODES), "batch": list(BATCHES),
-                                                            "lr": learning_rates(lr_count(cells)),
-                                                            "repeats": REPEATS}}]}
+    study = {
+        "study": f"scale{cells}",
+        "sweeps": [
+            {
+                "name": "grid",
+                "dataset": "synthetic",
+                "model": "lenet",
+                "grid": {
+                    "mode": list(MODES),
+                    "batch": list(BATCHES),
+                    "lr": learning_rates(lr_count(cells)),
+                    "repeats": REPEATS,
+                },
+            }
+        ],
+    }
     (root / "results/report").mkdir(parents=True, exist_ok=True)
     (root / "results/bench").mkdir(parents=True, exist_ok=True)
     write_yaml(study, str(root / "results/report/study.yaml"))
@@ -145,14 +187,38 @@ def stages(root: Path, paths: list[str]) -> dict[str, float]:
     logs = root / "results/logs"
     logs.mkdir(parents=True, exist_ok=True)
     return {
-        "collect": timed([python, str(scripts / "collect.py"), "--records", *paths, "--out-dir", "results/tables"],
-                         root, logs / "collect.log"),
-        "figures": timed([python, str(scripts / "figures.py"), "--tables", "results/tables",
-                          "--out", "results/figures"], root, logs / "figures.log"),
-        "report": timed([python, str(scripts / "report.py"), "--notebook", str(REPO / "notebooks/report.ipynb"),
-                         "--out-dir", "results/report", "--study", root.name, "--config",
-                         "results/report/study.yaml", "--tables", "results/tables", "--figures", "results/figures",
-                         "--bench", "results/bench"], root, logs / "report.log"),
+        "collect": timed(
+            [python, str(scripts / "collect.py"), "--records", *paths, "--out-dir", "results/tables"],
+            root,
+            logs / "collect.log",
+        ),
+        "figures": timed(
+            [python, str(scripts / "figures.py"), "--tables", "results/tables", "--out", "results/figures"],
+            root,
+            logs / "figures.log",
+        ),
+        "report": timed(
+            [
+                python,
+                str(scripts / "report.py"),
+                "--notebook",
+                str(REPO / "notebooks/report.ipynb"),
+                "--out-dir",
+                "results/report",
+                "--study",
+                root.name,
+                "--config",
+                "results/report/study.yaml",
+                "--tables",
+                "results/tables",
+                "--figures",
+                "results/figures",
+                "--bench",
+                "results/bench",
+            ],
+            root,
+            logs / "report.log",
+        ),
     }
 
 
@@ -175,34 +241,49 @@ def measure(root: Path, cells: int, util: bool) -> dict:
     times = stages(root, paths)
     html = root / "results/report/report.html"
     height = page_height(html)
-    return {"cells": len(paths), **times, "total": sum(times.values()), "mb": html.stat().st_size / 1e6,
-            "height": height, "screens": height / SCREEN_PX}
+    return {
+        "cells": len(paths),
+        **times,
+        "total": sum(times.values()),
+        "mb": html.stat().st_size / 1e6,
+        "height": height,
+        "screens": height / SCREEN_PX,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="300,1000,3000", help="study sizes in cells, comma-separated")
     parser.add_argument("--keep", type=Path, help="build the studies under DIR/<cells> and keep them")
-    parser.add_argument("--no-util", action="store_true",
-                        help="records without GPU utilisation samples, as from CPU runs")
+    parser.add_argument(
+        "--no-util", action="store_true", help="records without GPU utilisation samples, as from CPU runs"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     base = args.keep or Path(tempfile.mkdtemp(prefix="report_scale_"))
-    print(f"{'cells':>6} {'collect s':>10} {'figures s':>10} {'report s':>9} {'total s':>8} {'HTML MB':>8} "
-          f"{'height px':>10} {'screens':>8}", flush=True)
+    print(
+        f"{'cells':>6} {'collect s':>10} {'figures s':>10} {'report s':>9} {'total s':>8} {'HTML MB':>8} "
+        f"{'height px':>10} {'screens':>8}",
+        flush=True,
+    )
     try:
         for size in sizes:
             root = base / str(size)
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)
             r = measure(root, size, not args.no_util)
-            print(f"{r['cells']:>6} {r['collect']:>10.1f} {r['figures']:>10.1f} {r['report']:>9.1f} {r['total']:>8.1f} "
-                  f"{r['mb']:>8.2f} {r['height']:>10,} {r['screens']:>8.1f}", flush=True)
+            print(
+                f"{r['cells']:>6} {r['collect']:>10.1f} {r['figures']:>10.1f} {r['report']:>9.1f} {r['total']:>8.1f} "
+                f"{r['mb']:>8.2f} {r['height']:>10,} {r['screens']:>8.1f}",
+                flush=True,
+            )
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"targets at 3,000 cells: total under {TARGET_S:.0f} s, page under {TARGET_SCREENS} screens "
-          f"({SCREEN_PX} px each)")
+    print(
+        f"targets at 3,000 cells: total under {TARGET_S:.0f} s, page under {TARGET_SCREENS} screens "
+        f"({SCREEN_PX} px each)"
+    )
     return 0
 
 

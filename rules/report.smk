@@ -2,7 +2,9 @@
 TABLES = outputs.table_files()
 FIGURE_FILES = outputs.figure_files()
 # The microbenchmarks the study asks for (config `bench`), shown in the report.
-BENCH_FILES = [outputs.bench_csv(name) for name in outputs.BENCHMARKS if STUDY["bench"][name]]
+BENCH_FILES = [
+    outputs.bench_csv(name) for name in outputs.BENCHMARKS if STUDY["bench"][name]
+]
 
 
 rule collect:

@@ -13,10 +13,10 @@ rule train:
         f"{outputs.cell_dir('{cell}')}/train.log",
     benchmark:
         f"{outputs.cell_dir('{cell}')}/benchmark.tsv"
+    priority: cell_priority
     conda:
         "../envs/train.yaml"
     threads: cell_threads
-    priority: cell_priority
     resources:
         # Computed per cell by dpstudy.study.resources; None leaves a resource unset.
         gpu=cell_resource("gpu"),

@@ -5,6 +5,7 @@ scaling_settings, comparisons, summary, data_wait, memory, util_means, varied, p
     python scripts/collect.py --records R1 R2 ... --out-dir results/tables
     python scripts/collect.py --records-from record_list.txt --out-dir results/tables
 """
+
 from __future__ import annotations
 
 import argparse

@@ -4,6 +4,7 @@
 
 --quick stops at 4 MiB. Combinations this machine cannot run are rows with a `reason`.
 """
+
 from __future__ import annotations
 
 import argparse

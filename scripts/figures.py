@@ -1,7 +1,8 @@
 """Render every figure of dpstudy.report.figures.FIGURES from the tables into a folder of PNGs.
 
-    python scripts/figures.py --tables results/tables --out results/figures
+python scripts/figures.py --tables results/tables --out results/figures
 """
+
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 from dpstudy.analysis import collect
-
 from dpstudy.report import figures as plots
 
 

@@ -1,7 +1,8 @@
 """Time the extension's kernels against the sources' Python loops and PyTorch; write a tidy CSV.
 
-    python scripts/kernel_bench.py --out results/bench/kernels.csv [--quick] [--ext DIR] [--png FIG]
+python scripts/kernel_bench.py --out results/bench/kernels.csv [--quick] [--ext DIR] [--png FIG]
 """
+
 from __future__ import annotations
 
 import argparse

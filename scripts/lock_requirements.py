@@ -13,6 +13,7 @@ take one without the other:
 
 Run it in the project's .venv after `make setup` resolved the new ranges.
 """
+
 from __future__ import annotations
 
 import re
@@ -69,8 +70,21 @@ def latest_build_backend() -> dict[str, str]:
     """The newest setuptools that dpstudy's [build-system] admits, as pip would pick it now."""
     requirement = re.search(r'requires\s*=\s*\["([^"]+)"\]', (REPO / "pyproject.toml").read_text()).group(1)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--dest", tmp, requirement], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                tmp,
+                requirement,
+            ],
+            check=True,
+        )
         wheel = next(Path(tmp).glob("*.whl")).name
     name, version = wheel.split("-")[:2]
     return {canonicalize_name(name): version}
@@ -86,15 +100,19 @@ def write(path: Path, what: str, pins: dict[str, str]) -> None:
 def main() -> None:
     requirements = [Requirement(r) for r in metadata.requires("dpstudy") or []]
     wanted = [r for r in requirements if applies(r, EXTRAS)]
-    rest = {**versions(closure([r for r in wanted if canonicalize_name(r.name) not in TORCH_ROOTS])),
-            **latest_build_backend()}
+    rest = {
+        **versions(closure([r for r in wanted if canonicalize_name(r.name) not in TORCH_ROOTS])),
+        **latest_build_backend(),
+    }
     torch = versions(closure([r for r in wanted if canonicalize_name(r.name) in TORCH_ROOTS]))
     out = REPO / "requirements"
     out.mkdir(exist_ok=True)
-    write(out / "torch.txt", "PyTorch and what only it needs: left out when the host brings its own (TORCH=system).",
-          {name: version for name, version in torch.items() if name not in rest})
-    write(out / "lock.txt", "Every other dependency of dpstudy[test], and the build backend of dpstudy itself.",
-          rest)
+    write(
+        out / "torch.txt",
+        "PyTorch and what only it needs: left out when the host brings its own (TORCH=system).",
+        {name: version for name, version in torch.items() if name not in rest},
+    )
+    write(out / "lock.txt", "Every other dependency of dpstudy[test], and the build backend of dpstudy itself.", rest)
 
 
 if __name__ == "__main__":

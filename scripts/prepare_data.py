@@ -1,7 +1,8 @@
 """Prepare one dataset: download and verify it, or generate it (dpstudy.data.store.prepare).
 
-    python scripts/prepare_data.py NAME --root results/data [--overrides '{"mirror": "..."}']
+python scripts/prepare_data.py NAME --root results/data [--overrides '{"mirror": "..."}']
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", help=f"one of {', '.join(data.DATASETS)}")
     parser.add_argument("--root", required=True, help="folder that holds one subfolder per dataset")
-    parser.add_argument("--overrides", default="{}",
-                        help="JSON object of the config's datasets.NAME (mirror, md5, train_size, test_size)")
+    parser.add_argument(
+        "--overrides",
+        default="{}",
+        help="JSON object of the config's datasets.NAME (mirror, md5, train_size, test_size)",
+    )
     args = parser.parse_args(argv)
     try:
         overrides = json.loads(args.overrides)

@@ -6,6 +6,7 @@
 Writes OUT_DIR/report.ipynb (executed) and OUT_DIR/report.html (code hidden, figures embedded
 as data URIs, markdown's HTML sanitised); each appears complete or not at all.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,30 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "notebooks" / "templates"
 
 # What the report's markdown renders to (headings, paragraphs, lists, tables, emphasis, code, the
 # highlighted YAML). nbconvert's own clean_html lacks headings, paragraphs and table heads.
-TAGS = frozenset({*bleach.ALLOWED_TAGS, "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "div", "span", "pre",
-                  "del", "table", "thead", "tbody", "tr", "th", "td"})
+TAGS = frozenset(
+    {
+        *bleach.ALLOWED_TAGS,
+        "p",
+        "br",
+        "hr",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "div",
+        "span",
+        "pre",
+        "del",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+    }
+)
 ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["class", "id"]}
 
 
@@ -55,22 +78,39 @@ def clean_html(element: str | bytes) -> str:
 def html(notebook: nbformat.NotebookNode, title: str) -> str:
     """Code hidden, figures embedded, and no script from a CDN: the page works offline. Markdown and
     HTML outputs are sanitised; the figures are PNG outputs, embedded as they are."""
-    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
-                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
-                            sanitize_html=True, filters={"clean_html": clean_html})
+    exporter = HTMLExporter(
+        template_name="offline",
+        extra_template_basedirs=[str(TEMPLATES)],
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        sanitize_html=True,
+        filters={"clean_html": clean_html},
+    )
     body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
     return body
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    parameters = {"study": args.study, "config_path": args.config, "tables_dir": args.tables,
-                  "figures_dir": args.figures, "bench_dir": args.bench}
+    parameters = {
+        "study": args.study,
+        "config_path": args.config,
+        "tables_dir": args.tables,
+        "figures_dir": args.figures,
+        "bench_dir": args.bench,
+    }
     out_ipynb, out_html = args.out_dir / "report.ipynb", args.out_dir / "report.html"
     with atomic_output(out_ipynb) as tmp:
         # The kernel runs here, so the relative paths above mean what they mean to the caller.
-        papermill.execute_notebook(str(args.notebook), str(tmp), parameters=parameters,
-                                   kernel_name=args.kernel, cwd=os.getcwd(), progress_bar=False)
+        papermill.execute_notebook(
+            str(args.notebook),
+            str(tmp),
+            parameters=parameters,
+            kernel_name=args.kernel,
+            cwd=os.getcwd(),
+            progress_bar=False,
+        )
         notebook = nbformat.read(tmp, as_version=4)
     with atomic_output(out_html) as tmp:
         tmp.write_text(html(notebook, f"dpstudy report: {args.study}"), encoding="utf-8")

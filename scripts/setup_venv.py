@@ -22,6 +22,7 @@ The venv remembers how it was made (.venv/dpstudy-setup.json): a later plain `ma
 TORCH=system venv and its extras, and asking for the other mode makes the venv anew. Up to date, it prints
 nothing. Only the standard library is used: this runs before anything is installed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,6 +59,7 @@ def say(message: str) -> None:
 
 # ---- versions and ranges ------------------------------------------------------------------------
 
+
 def release(version: str) -> tuple[int, ...]:
     """The release numbers of a version: '2.7.0a0+79aa17489c.nv25.04' -> (2, 7, 0).
 
@@ -75,8 +77,14 @@ def _compare(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return (a > b) - (a < b)
 
 
-OPERATORS = {">=": lambda c: c >= 0, ">": lambda c: c > 0, "<=": lambda c: c <= 0, "<": lambda c: c < 0,
-             "==": lambda c: c == 0, "!=": lambda c: c != 0}
+OPERATORS = {
+    ">=": lambda c: c >= 0,
+    ">": lambda c: c > 0,
+    "<=": lambda c: c <= 0,
+    "<": lambda c: c < 0,
+    "==": lambda c: c == 0,
+    "!=": lambda c: c != 0,
+}
 
 
 def satisfies(version: str, specifier: str) -> bool:
@@ -170,33 +178,40 @@ def torchvision_build_for(torchvision: str) -> str | None:
 def same_release(expected: str, version: str) -> bool:
     """Whether `version` is the release `expected` names, to the precision it names ('2.14' or '2.14.1')."""
     wanted = release(expected)
-    return release(version)[:len(wanted)] == wanted
+    return release(version)[: len(wanted)] == wanted
 
 
 def host_torch_problems(found: dict, ranges: dict[str, str]) -> list[str]:
     """Why the probed torch/torchvision cannot serve dpstudy; [] when they can."""
     if "torch" not in found:
-        return [f"{found['python']} cannot import torch ({found.get('torch_error', 'not found')}); "
-                "load your PyTorch (module load, conda activate, ...) or name its Python with PYTHON=..., "
-                "or leave TORCH unset to install the lock's PyTorch"]
+        return [
+            f"{found['python']} cannot import torch ({found.get('torch_error', 'not found')}); "
+            "load your PyTorch (module load, conda activate, ...) or name its Python with PYTHON=..., "
+            "or leave TORCH unset to install the lock's PyTorch"
+        ]
     torch, where = found["torch"], found["torch_path"]
     problems = []
     if not satisfies(torch, ranges["torch"]):
-        problems.append(f"torch {torch} (in {where}) is outside dpstudy's supported range torch{ranges['torch']} "
-                        "(pyproject.toml)")
+        problems.append(
+            f"torch {torch} (in {where}) is outside dpstudy's supported range torch{ranges['torch']} (pyproject.toml)"
+        )
     vision = found.get("torchvision")
     if vision is None:
-        problems.append(f"torchvision is not importable beside torch {torch} "
-                        f"({found.get('torchvision_error', 'not installed')}); install the torchvision built "
-                        "for this torch")
+        problems.append(
+            f"torchvision is not importable beside torch {torch} "
+            f"({found.get('torchvision_error', 'not installed')}); install the torchvision built "
+            "for this torch"
+        )
         return problems
     if not satisfies(vision, ranges["torchvision"]):
         problems.append(f"torchvision {vision} is outside dpstudy's supported range torchvision{ranges['torchvision']}")
     pins = [re.sub(r"^torch\s*==\s*", "", r.split(";")[0]).strip() for r in found.get("torchvision_requires", [])]
     expected = pins[0] if pins else torchvision_build_for(vision)
     if expected and not same_release(expected, torch):
-        problems.append(f"torchvision {vision} was built for torch {expected}, but the host's torch is {torch}: "
-                        "install the torchvision release that matches it")
+        problems.append(
+            f"torchvision {vision} was built for torch {expected}, but the host's torch is {torch}: "
+            "install the torchvision release that matches it"
+        )
     if found.get("torchvision_error"):
         problems.append(f"torchvision {vision} does not work with torch {torch}: {found['torchvision_error']}")
     return problems
@@ -211,19 +226,23 @@ def check_host_torch(found: dict) -> None:
 def describe_torch(found: dict) -> str:
     gpus = found.get("gpus", 0)
     cuda = f"CUDA {found['cuda']}, {gpus} GPU{'s' if gpus != 1 else ''} visible" if found.get("cuda") else "no CUDA"
-    return (f"torch {found['torch']} ({cuda}) and torchvision {found.get('torchvision')} "
-            f"from {found['torch_path']}")
+    return f"torch {found['torch']} ({cuda}) and torchvision {found.get('torchvision')} from {found['torch_path']}"
 
 
 # ---- the venv -----------------------------------------------------------------------------------
+
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
 def site_packages(venv: Path) -> Path:
-    out = subprocess.run([str(venv_python(venv)), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [str(venv_python(venv)), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return Path(out)
 
 
@@ -332,31 +351,62 @@ def setup(venv: Path, mode: str | None, wheels: Path | None, extras: str | None,
     with tempfile.TemporaryDirectory() as tmp:
         host_packages = found.get("distributions", {})
         pip(venv, ["install", *constraints(mode, host_packages, Path(tmp)), "-e", f"{REPO}[{extras}]"], wheels)
-    subprocess.run([str(venv_python(venv)), "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3",
-                    "--display-name", "dpstudy (python3)"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            str(venv_python(venv)),
+            "-m",
+            "ipykernel",
+            "install",
+            "--sys-prefix",
+            "--name",
+            "python3",
+            "--display-name",
+            "dpstudy (python3)",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     installed = probe(venv_python(venv))
-    state = {"torch": mode, "inputs": digest, "extras": extras, "wheels": str(wheels) if wheels else None,
-             "torch_version": installed.get("torch"), "torch_path": installed.get("torch_path"),
-             "torchvision_version": installed.get("torchvision"), "cuda": installed.get("cuda")}
+    state = {
+        "torch": mode,
+        "inputs": digest,
+        "extras": extras,
+        "wheels": str(wheels) if wheels else None,
+        "torch_version": installed.get("torch"),
+        "torch_path": installed.get("torch_path"),
+        "torchvision_version": installed.get("torchvision"),
+        "cuda": installed.get("cuda"),
+    }
     (venv / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n")
     origin = "the host's" if mode == "system" else "the lock's"
-    say(f"{venv} is ready: {origin} {describe_torch(installed)}"
-        + (f"; installed offline from {wheels}" if wheels else ""))
+    say(
+        f"{venv} is ready: {origin} {describe_torch(installed)}"
+        + (f"; installed offline from {wheels}" if wheels else "")
+    )
     return state
 
 
 # ---- the wheelhouse -----------------------------------------------------------------------------
+
 
 def target_options(python_version: str | None) -> list[str]:
     """pip download options for another Python than this one (binary wheels only)."""
     if not python_version or python_version == "{}.{}".format(*sys.version_info[:2]):
         return []
     machine = platform.machine()
-    tags = [f"manylinux_2_{n}_{machine}" for n in (28, 27, 26, 24, 17)] + [f"manylinux2014_{machine}",
-                                                                          f"manylinux1_{machine}",
-                                                                          f"linux_{machine}"]
-    return ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
-            *[option for tag in tags for option in ("--platform", tag)]]
+    tags = [f"manylinux_2_{n}_{machine}" for n in (28, 27, 26, 24, 17)] + [
+        f"manylinux2014_{machine}",
+        f"manylinux1_{machine}",
+        f"linux_{machine}",
+    ]
+    return [
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        *[option for tag in tags for option in ("--platform", tag)],
+    ]
 
 
 def wheelhouse(dest: Path, python_version: str | None, with_torch: bool) -> None:
@@ -365,26 +415,58 @@ def wheelhouse(dest: Path, python_version: str | None, with_torch: bool) -> None
     dest.mkdir(parents=True, exist_ok=True)
     locks = ["-r", str(LOCK), *(["-r", str(TORCH_LOCK)] if with_torch else [])]
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp, "-r",
-                        str(LOCK)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp, "-r", str(LOCK)],
+            check=True,
+        )
         sources = [p for p in Path(tmp).iterdir() if not p.name.endswith(".whl")]
         if sources:
             say(f"building wheels of {', '.join(p.name for p in sources)} (published as source only)")
             built = Path(tmp, "built")
-            subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(built),
-                            *map(str, sources)], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--quiet",
+                    "--no-deps",
+                    "--wheel-dir",
+                    str(built),
+                    *map(str, sources),
+                ],
+                check=True,
+            )
             for wheel in built.iterdir():
                 if target_options(python_version) and not wheel.name.endswith("-none-any.whl"):
-                    raise SetupError(f"{wheel.name} is published as source only and is not pure Python: build it "
-                                     f"on a machine with Python {python_version}")
+                    raise SetupError(
+                        f"{wheel.name} is published as source only and is not pure Python: build it "
+                        f"on a machine with Python {python_version}"
+                    )
                 shutil.move(str(wheel), dest / wheel.name)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), "--find-links",
-                    str(dest), *target_options(python_version), *locks], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--dest",
+            str(dest),
+            "--find-links",
+            str(dest),
+            *target_options(python_version),
+            *locks,
+        ],
+        check=True,
+    )
     count = len(list(dest.glob("*.whl")))
     size = sum(p.stat().st_size for p in dest.glob("*.whl")) / 2**20
     target = f"Python {python_version}" if python_version else f"this Python ({platform.python_version()})"
-    say(f"{dest}: {count} wheels, {size:.0f} MiB, for {target}"
-        + ("" if with_torch else "; no torch: set up with TORCH=system, or add WITH_TORCH=1"))
+    say(
+        f"{dest}: {count} wheels, {size:.0f} MiB, for {target}"
+        + ("" if with_torch else "; no torch: set up with TORCH=system, or add WITH_TORCH=1")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,8 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--torch", choices=None, help="lock (default for a new venv) or system")
     make.add_argument("--wheels", type=Path, help="install from this folder of wheels alone (no network)")
     make.add_argument("--extras", help=f"dpstudy's extras to install (default: the venv's, else {DEFAULT_EXTRAS})")
-    make.add_argument("--python", default=sys.executable, help="the Python the venv is made from (and, under "
-                                                               "--torch system, whose torch it uses)")
+    make.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the Python the venv is made from (and, under --torch system, whose torch it uses)",
+    )
     house = commands.add_parser("wheelhouse", help="download every non-torch dependency as wheels")
     house.add_argument("--dest", type=Path, required=True)
     house.add_argument("--python-version", help="the target Python, e.g. 3.12 (default: this one)")
@@ -404,8 +489,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "setup":
-            setup(args.venv.absolute(), args.torch or None, args.wheels.absolute() if args.wheels else None,
-                  args.extras, args.python)
+            setup(
+                args.venv.absolute(),
+                args.torch or None,
+                args.wheels.absolute() if args.wheels else None,
+                args.extras,
+                args.python,
+            )
         else:
             wheelhouse(args.dest.absolute(), args.python_version, args.with_torch)
     except SetupError as error:

@@ -1,6 +1,7 @@
 """Fixtures every stage's tests share. Layout: tests/unit/<stage>/ holds the fast tests of one
 subpackage of dpstudy (a few marked slow start real processes), tests/e2e/ the runs of the whole
 workflow, a real SLURM, the report in Chromium and the GPU paths; tests/helpers/ what they import."""
+
 from __future__ import annotations
 
 import subprocess
@@ -27,5 +28,8 @@ def python3_kernel() -> None:
     from jupyter_client.kernelspec import KernelSpecManager
 
     if "python3" not in KernelSpecManager().find_kernel_specs():
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"],
+            check=True,
+            capture_output=True,
+        )

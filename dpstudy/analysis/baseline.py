@@ -7,6 +7,7 @@ repeat, batch_scope and lr_scaling (the last two are no-ops on one device), and 
 same kind of device. Both batch scopes therefore compare at equal `batch`: under per_device the
 baseline has the cell's per-device batch, under global the cell's global batch.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,12 @@ from dpstudy.analysis.keys import BASELINE_KEYS
 
 def baseline_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """The finished single-device cells: the only cells a baseline is taken from."""
-    return cells[(cells["status"] == "ok") & (cells["mode"] == "single") & (cells["devices"] == 1)
-                 & cells["samples_per_s"].notna()]
+    return cells[
+        (cells["status"] == "ok")
+        & (cells["mode"] == "single")
+        & (cells["devices"] == 1)
+        & cells["samples_per_s"].notna()
+    ]
 
 
 def baseline_key(values: Iterable) -> tuple:

@@ -4,6 +4,7 @@ Every record becomes a row of cells.csv whatever its status: skipped, oom and fa
 their reason there and are never dropped. Tables are written atomically, each one either the
 old or the complete new file.
 """
+
 from __future__ import annotations
 
 import functools
@@ -13,37 +14,90 @@ from pathlib import Path
 from typing import Any
 
 import fastjsonschema
-import numpy as np
 import pandas as pd
 from jsonschema import ValidationError
 
-from dpstudy.record import fields as record
-
+from dpstudy.analysis import comparisons, pivots, scaling, stats, summary
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
-from dpstudy.study.outputs import STALE_FILE, TABLES
-from dpstudy.util.atomic import write_csv, write_text
+from dpstudy.record import fields as record
 from dpstudy.record.fields import EPOCH_FIELDS, SUMMARY_FIELDS
-from dpstudy.analysis import comparisons, pivots, scaling, stats, summary
+from dpstudy.study.outputs import STALE_FILE, TABLES
 from dpstudy.study.spec import devices as spec_devices
+from dpstudy.util.atomic import write_csv, write_text
 
 # env key -> cells.csv column; the resolved device is `env_device` because `device` is the
 # spec's request (auto | cuda | cpu).
-ENV_COLUMNS = {"world_size": "world_size", "device": "env_device", "torch": "torch", "torch_provider": "torch_provider",
-               "torch_path": "torch_path", "cuda": "cuda",
-               "cudnn": "cudnn", "nccl": "nccl", "python": "python", "hostname": "hostname",
-               "cpu": "cpu", "driver": "driver", "threads_per_process": "threads_per_process"}
+ENV_COLUMNS = {
+    "world_size": "world_size",
+    "device": "env_device",
+    "torch": "torch",
+    "torch_provider": "torch_provider",
+    "torch_path": "torch_path",
+    "cuda": "cuda",
+    "cudnn": "cudnn",
+    "nccl": "nccl",
+    "python": "python",
+    "hostname": "hostname",
+    "cpu": "cpu",
+    "driver": "driver",
+    "threads_per_process": "threads_per_process",
+}
 # record.probe (dpstudy.engine.probe): the parts of a step the scaling model needs.
 PROBE_FIELDS = ("sync_step_s", "nosync_step_s", "allreduce_s", "grad_bytes", "scatter_s", "replicate_s", "gather_s")
 
-CELL_COLUMNS = ("cell", *SPEC_KEYS, "status", "reason", *SUMMARY_FIELDS, "devices", "world_size", "env_device",
-                "global_batch", "epochs_done", "epochs_s", "overhead_s", "peak_mem_mb_max",
-                "peak_mem_mb_min", "other_load", "baseline", "speedup", "efficiency", "stale", "record",
-                "torch", "torch_provider", "torch_path", "cuda", "cudnn", "nccl", "python", "hostname", "cpu", "gpu_names", "driver",
-                "threads_per_process", "git_commit", "source_hash", "scheduler", "job_id", "rank_nodes",
-                *PROBE_FIELDS)
-EPOCH_COLUMNS = ("cell", *SPEC_KEYS, "status", "devices", "world_size", "env_device", "global_batch", "warmup",
-                 *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"), "peak_mem_mb_max")
+CELL_COLUMNS = (
+    "cell",
+    *SPEC_KEYS,
+    "status",
+    "reason",
+    *SUMMARY_FIELDS,
+    "devices",
+    "world_size",
+    "env_device",
+    "global_batch",
+    "epochs_done",
+    "epochs_s",
+    "overhead_s",
+    "peak_mem_mb_max",
+    "peak_mem_mb_min",
+    "other_load",
+    "baseline",
+    "speedup",
+    "efficiency",
+    "stale",
+    "record",
+    "torch",
+    "torch_provider",
+    "torch_path",
+    "cuda",
+    "cudnn",
+    "nccl",
+    "python",
+    "hostname",
+    "cpu",
+    "gpu_names",
+    "driver",
+    "threads_per_process",
+    "git_commit",
+    "source_hash",
+    "scheduler",
+    "job_id",
+    "rank_nodes",
+    *PROBE_FIELDS,
+)
+EPOCH_COLUMNS = (
+    "cell",
+    *SPEC_KEYS,
+    "status",
+    "devices",
+    "world_size",
+    "env_device",
+    "global_batch",
+    "warmup",
+    *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"),
+    "peak_mem_mb_max",
+)
 RANK_COLUMNS = ("cell", "epoch", "rank", "peak_mem_mb")
 UTIL_COLUMNS = ("cell", "device", "t", "gpu_util", "mem_util", "mem_mb")
 
@@ -99,9 +153,15 @@ def global_batch(spec: dict[str, Any]) -> int | None:
 def cell_settings(rec: dict[str, Any]) -> dict[str, Any]:
     """The columns every table repeats: id, every spec key, status and where it ran."""
     spec, env = {**SPEC_DEFAULTS, **rec["spec"]}, rec["env"]
-    return {"cell": rec["cell"], **{k: spec.get(k) for k in SPEC_KEYS}, "status": rec["status"],
-            "devices": spec_devices(spec), "world_size": env.get("world_size"), "env_device": env.get("device"),
-            "global_batch": global_batch(spec)}
+    return {
+        "cell": rec["cell"],
+        **{k: spec.get(k) for k in SPEC_KEYS},
+        "status": rec["status"],
+        "devices": spec_devices(spec),
+        "world_size": env.get("world_size"),
+        "env_device": env.get("device"),
+        "global_batch": global_batch(spec),
+    }
 
 
 def rank_nodes(env: dict[str, Any]) -> str | None:
@@ -124,16 +184,23 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
     total_s = summary.get("total_s")
     last_peaks = epochs[-1]["peak_mem_mb"] if epochs else []
     return {
-        **cell_settings(rec), "reason": rec["reason"], **{k: summary.get(k) for k in SUMMARY_FIELDS},
-        "epochs_done": len(epochs), "epochs_s": epochs_s,
+        **cell_settings(rec),
+        "reason": rec["reason"],
+        **{k: summary.get(k) for k in SUMMARY_FIELDS},
+        "epochs_done": len(epochs),
+        "epochs_s": epochs_s,
         "overhead_s": total_s - epochs_s if total_s is not None and epochs_s is not None else None,
-        "peak_mem_mb_max": max(last_peaks, default=None), "peak_mem_mb_min": min(last_peaks, default=None),
+        "peak_mem_mb_max": max(last_peaks, default=None),
+        "peak_mem_mb_min": min(last_peaks, default=None),
         "other_load": other_load(epochs),
-        "stale": code.get("source_hash") != current_hash, "record": path,
+        "stale": code.get("source_hash") != current_hash,
+        "record": path,
         **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
         "gpu_names": "; ".join(env.get("gpus") or []) or None,
-        "git_commit": code.get("git_commit"), "source_hash": code.get("source_hash"),
-        "scheduler": (env.get("job") or {}).get("scheduler"), "job_id": (env.get("job") or {}).get("job_id"),
+        "git_commit": code.get("git_commit"),
+        "source_hash": code.get("source_hash"),
+        "scheduler": (env.get("job") or {}).get("scheduler"),
+        "job_id": (env.get("job") or {}).get("job_id"),
         "rank_nodes": rank_nodes(env),
         **{k: (rec.get("probe") or {}).get(k) for k in PROBE_FIELDS},
     }
@@ -142,8 +209,17 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
 def cells_table(records: list[tuple[str, dict]], current_hash: str | None) -> pd.DataFrame:
     rows = [cell_row(path, rec, current_hash) for path, rec in records]
     cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
-    cells = cells.astype({"samples_per_s": float, "other_load": float, "gpus": "Int64", "nodes": "Int64", "devices": "Int64",
-                          "repeat": "Int64", **{k: float for k in PROBE_FIELDS}})
+    cells = cells.astype(
+        {
+            "samples_per_s": float,
+            "other_load": float,
+            "gpus": "Int64",
+            "nodes": "Int64",
+            "devices": "Int64",
+            "repeat": "Int64",
+            **{k: float for k in PROBE_FIELDS},
+        }
+    )
     return with_speedup(cells)[list(CELL_COLUMNS)].sort_values("cell", ignore_index=True)
 
 
@@ -153,20 +229,34 @@ def epochs_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
         settings, epochs = cell_settings(rec), rec["epochs"]
         for e in epochs:
             fields = {k: v for k, v in e.items() if k in EPOCH_FIELDS and k != "peak_mem_mb"}
-            rows.append({**settings, "warmup": e["epoch"] == 1 and len(epochs) > 1, **fields,
-                         "peak_mem_mb_max": max(e["peak_mem_mb"], default=None)})
+            rows.append(
+                {
+                    **settings,
+                    "warmup": e["epoch"] == 1 and len(epochs) > 1,
+                    **fields,
+                    "peak_mem_mb_max": max(e["peak_mem_mb"], default=None),
+                }
+            )
     return pd.DataFrame(rows, columns=list(EPOCH_COLUMNS)).sort_values(["cell", "epoch"], ignore_index=True)
 
 
 def ranks_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
-    rows = [{"cell": rec["cell"], "epoch": e["epoch"], "rank": rank, "peak_mem_mb": mb}
-            for _, rec in records for e in rec["epochs"] for rank, mb in enumerate(e["peak_mem_mb"])]
+    rows = [
+        {"cell": rec["cell"], "epoch": e["epoch"], "rank": rank, "peak_mem_mb": mb}
+        for _, rec in records
+        for e in rec["epochs"]
+        for rank, mb in enumerate(e["peak_mem_mb"])
+    ]
     return pd.DataFrame(rows, columns=list(RANK_COLUMNS)).sort_values(["cell", "epoch", "rank"], ignore_index=True)
 
 
 def util_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
-    rows = [{"cell": rec["cell"], "device": int(device), **{k: s.get(k) for k in UTIL_COLUMNS[2:]}}
-            for _, rec in records for device, samples in (rec.get("util") or {}).items() for s in samples]
+    rows = [
+        {"cell": rec["cell"], "device": int(device), **{k: s.get(k) for k in UTIL_COLUMNS[2:]}}
+        for _, rec in records
+        for device, samples in (rec.get("util") or {}).items()
+        for s in samples
+    ]
     return pd.DataFrame(rows, columns=list(UTIL_COLUMNS)).sort_values(["cell", "device", "t"], ignore_index=True)
 
 
@@ -177,8 +267,12 @@ def collect(record_paths: Iterable[str | Path], current_code_version: dict[str, 
     `current_code_version["source_hash"]` (see dpstudy.record.provenance.code_version).
     """
     records = read_records(record_paths)
-    return {"cells": cells_table(records, current_code_version.get("source_hash")),
-            "epochs": epochs_table(records), "ranks": ranks_table(records), "util": util_table(records)}
+    return {
+        "cells": cells_table(records, current_code_version.get("source_hash")),
+        "epochs": epochs_table(records),
+        "ranks": ranks_table(records),
+        "util": util_table(records),
+    }
 
 
 def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
@@ -190,12 +284,18 @@ def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None)
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
-    return {**tables, "settings": settings, "scaling": model,
-            "scaling_settings": scaling.settings_model(model, settings),
-            "comparisons": comparisons.comparisons_table(settings, cells),
-            "summary": summary.summary_table(cells, settings), "data_wait": summary.wait_table(cells, epochs),
-            "memory": summary.memory_table(cells), "util_means": summary.util_means(tables["util"]),
-            **pivots.overview_tables(settings)}
+    return {
+        **tables,
+        "settings": settings,
+        "scaling": model,
+        "scaling_settings": scaling.settings_model(model, settings),
+        "comparisons": comparisons.comparisons_table(settings, cells),
+        "summary": summary.summary_table(cells, settings),
+        "data_wait": summary.wait_table(cells, epochs),
+        "memory": summary.memory_table(cells),
+        "util_means": summary.util_means(tables["util"]),
+        **pivots.overview_tables(settings),
+    }
 
 
 def stale_records(cells: pd.DataFrame) -> list[str]:

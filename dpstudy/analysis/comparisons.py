@@ -19,6 +19,7 @@ of the two settings' own 95 % intervals of the metric (above, below, or overlapp
 an interval): what the report claims. `repeats` is the fewest repeats among `members`. `largest`
 marks the comparison of its kind with the largest value (the first of equals).
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -38,9 +39,17 @@ def repeats_of(settings: pd.DataFrame, cells: pd.DataFrame, metric: str) -> dict
 
 def row(kind: str, a, b, members: pd.DataFrame, estimate: stats.Estimate, metric: str) -> dict:
     claim = stats.compare(stats.value(a, metric), stats.value(b, metric))
-    return {"kind": kind, "setting": a["setting"], "other": b["setting"],
-            "members": " ".join(str(s) for s in members["setting"]), "value": estimate[0], "low": estimate[1],
-            "high": estimate[2], "claim": claim, "repeats": members["repeats"].min()}
+    return {
+        "kind": kind,
+        "setting": a["setting"],
+        "other": b["setting"],
+        "members": " ".join(str(s) for s in members["setting"]),
+        "value": estimate[0],
+        "low": estimate[1],
+        "high": estimate[2],
+        "claim": claim,
+        "repeats": members["repeats"].min(),
+    }
 
 
 def across_nodes(settings: pd.DataFrame, throughput: dict[int, pd.Series]) -> list[dict]:
@@ -101,6 +110,15 @@ def comparisons_table(settings: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFra
         values = table.loc[table["kind"] == kind, "value"]
         if values.notna().any():
             table.loc[values.idxmax(), "largest"] = True
-    return table.astype({"setting": "Int64", "other": "Int64", "claim": "Int64", "repeats": "Int64",
-                         "value": float, "low": float, "high": float, "largest": bool})[list(COLUMNS)]
-
+    return table.astype(
+        {
+            "setting": "Int64",
+            "other": "Int64",
+            "claim": "Int64",
+            "repeats": "Int64",
+            "value": float,
+            "low": float,
+            "high": float,
+            "largest": bool,
+        }
+    )[list(COLUMNS)]

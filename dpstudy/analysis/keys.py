@@ -1,4 +1,5 @@
 """The columns that identify a cell, a setting and a single-device baseline in the tables."""
+
 from __future__ import annotations
 
 from dpstudy.study import schema

@@ -1,10 +1,11 @@
 """The overview of a study of many settings, as numbers (dpstudy.report.overview phrases them):
 
-  varied  one row per setting key that takes more than one value: how many values it takes
-  pivot   the medians over the settings that share the values of the two keys with the most values
-          (`axis_keys`): of "multi", speedup and efficiency over the multi-device settings; of
-          "all", final test accuracy over every setting. The other varied keys are folded in.
+varied  one row per setting key that takes more than one value: how many values it takes
+pivot   the medians over the settings that share the values of the two keys with the most values
+        (`axis_keys`): of "multi", speedup and efficiency over the multi-device settings; of
+        "all", final test accuracy over every setting. The other varied keys are folded in.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -12,8 +13,7 @@ import pandas as pd
 from dpstudy.analysis.stats import varied_keys
 
 VARIED_COLUMNS = ("key", "values")
-PIVOT_COLUMNS = ("of", "row_key", "row", "column_key", "column", "settings", "speedup", "efficiency",
-                 "final_test_acc")
+PIVOT_COLUMNS = ("of", "row_key", "row", "column_key", "column", "settings", "speedup", "efficiency", "final_test_acc")
 METRICS = {"multi": ("speedup", "efficiency"), "all": ("final_test_acc",)}
 
 
@@ -55,9 +55,17 @@ def pivot_table(settings: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for of, frame in (("multi", settings[settings["devices"] > 1]), ("all", settings)):
         for key, group in frame.groupby([rows_key, cols_key] if cols_key else [rows_key], dropna=False, sort=True):
-            rows.append({"of": of, "row_key": rows_key, "row": key[0], "column_key": cols_key,
-                         "column": key[1] if cols_key else None, "settings": len(group),
-                         **{m: group[m].median() for m in METRICS[of]}})
+            rows.append(
+                {
+                    "of": of,
+                    "row_key": rows_key,
+                    "row": key[0],
+                    "column_key": cols_key,
+                    "column": key[1] if cols_key else None,
+                    "settings": len(group),
+                    **{m: group[m].median() for m in METRICS[of]},
+                }
+            )
     return pd.DataFrame(rows, columns=list(PIVOT_COLUMNS))
 
 

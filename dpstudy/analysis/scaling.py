@@ -20,6 +20,7 @@ transfers, per-device compute (steps x the step under no_sync - compute_b / n: s
 shrink n-fold, ranks sharing cores or memory bandwidth), and the rest (optimizer steps, the
 loop's own overhead): T - ideal - the four.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,13 +32,33 @@ from dpstudy.analysis import stats
 from dpstudy.analysis.baseline import Baselines
 from dpstudy.analysis.keys import SETTING_KEYS
 
-LOSSES = {"loss_data_s": "waiting for data", "loss_sync_s": "gradient all-reduce the backward did not hide",
-          "loss_dp_s": "DP scatter/replicate/gather",
-          "loss_compute_s": "per-device compute (it does not shrink n-fold: smaller steps, shared cores)",
-          "loss_other_s": "everything else (optimizer steps, synchronisation, start of each step)"}
-COLUMNS = ("cell", *SETTING_KEYS, "n", "steps", "measured_s", "ideal_s", "compute_s", "data_wait_s", "allreduce_s",
-           "allreduce_source", "overlap", "dp_s", "predicted_s", "measured_speedup", "predicted_speedup",
-           *LOSSES, "base_sd_s", "largest")
+LOSSES = {
+    "loss_data_s": "waiting for data",
+    "loss_sync_s": "gradient all-reduce the backward did not hide",
+    "loss_dp_s": "DP scatter/replicate/gather",
+    "loss_compute_s": "per-device compute (it does not shrink n-fold: smaller steps, shared cores)",
+    "loss_other_s": "everything else (optimizer steps, synchronisation, start of each step)",
+}
+COLUMNS = (
+    "cell",
+    *SETTING_KEYS,
+    "n",
+    "steps",
+    "measured_s",
+    "ideal_s",
+    "compute_s",
+    "data_wait_s",
+    "allreduce_s",
+    "allreduce_source",
+    "overlap",
+    "dp_s",
+    "predicted_s",
+    "measured_speedup",
+    "predicted_speedup",
+    *LOSSES,
+    "base_sd_s",
+    "largest",
+)
 
 
 def epoch_medians(epochs: pd.DataFrame) -> pd.DataFrame:
@@ -50,8 +71,13 @@ def bus_bandwidth(comm: pd.DataFrame | None, backend: str, device: str, world: i
     """comm_bench's bus bandwidth (GB/s) at `nbytes`, interpolated in log size; None without a row."""
     if comm is None or comm.empty:
         return None
-    rows = comm[(comm["backend"] == backend) & (comm["device"] == device) & (comm["world_size"] == world)
-                & comm["reason"].isna() & comm["busbw_gbps"].notna()].sort_values("bytes")
+    rows = comm[
+        (comm["backend"] == backend)
+        & (comm["device"] == device)
+        & (comm["world_size"] == world)
+        & comm["reason"].isna()
+        & comm["busbw_gbps"].notna()
+    ].sort_values("bytes")
     if rows.empty:
         return None
     return float(np.interp(math.log(nbytes), np.log(rows["bytes"].astype(float)), rows["busbw_gbps"]))
@@ -91,16 +117,33 @@ def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataF
     # backward without it against b's compute split n ways. Without a probe, the model's term.
     sync = steps * exposed if pd.notna(exposed) else allreduce
     per_device = steps * cell["nosync_step_s"] - compute if pd.notna(cell["nosync_step_s"]) else math.nan
-    losses = {"loss_data_s": wait - base["data_wait_s"] / n, "loss_sync_s": sync, "loss_dp_s": dp,
-              "loss_compute_s": per_device}
+    losses = {
+        "loss_data_s": wait - base["data_wait_s"] / n,
+        "loss_sync_s": sync,
+        "loss_dp_s": dp,
+        "loss_compute_s": per_device,
+    }
     losses["loss_other_s"] = measured - ideal - np.nansum(list(losses.values()))
     known = {k: v for k, v in losses.items() if pd.notna(v)}
-    return {"cell": cell["cell"], **{k: cell[k] for k in SETTING_KEYS}, "n": n, "steps": steps,
-            "measured_s": measured, "ideal_s": ideal, "compute_s": compute, "data_wait_s": wait,
-            "allreduce_s": allreduce, "allreduce_source": source, "overlap": overlap, "dp_s": dp,
-            "predicted_s": predicted, "measured_speedup": cell["speedup"],
-            "predicted_speedup": base["wall_s"] / predicted * part["samples"] / base["samples"], **losses,
-            "largest": LOSSES[max(known, key=known.get)]}
+    return {
+        "cell": cell["cell"],
+        **{k: cell[k] for k in SETTING_KEYS},
+        "n": n,
+        "steps": steps,
+        "measured_s": measured,
+        "ideal_s": ideal,
+        "compute_s": compute,
+        "data_wait_s": wait,
+        "allreduce_s": allreduce,
+        "allreduce_source": source,
+        "overlap": overlap,
+        "dp_s": dp,
+        "predicted_s": predicted,
+        "measured_speedup": cell["speedup"],
+        "predicted_speedup": base["wall_s"] / predicted * part["samples"] / base["samples"],
+        **losses,
+        "largest": LOSSES[max(known, key=known.get)],
+    }
 
 
 def model(cells: pd.DataFrame, epochs: pd.DataFrame, comm: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -137,17 +180,38 @@ def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     out = out.join(spread).reset_index()
     base_share = out["base_sd_s"] / out["n"]
     out["noise_s"] = np.sqrt(out["cell_sd"].fillna(0) ** 2 + base_share.fillna(0) ** 2).where(
-        out["cell_sd"].notna() | base_share.notna())
+        out["cell_sd"].notna() | base_share.notna()
+    )
     quoted = stats.speedups(settings).rename(columns=lambda c: "measured_" + c)
     out = out.drop(columns=["measured_speedup", "cell_sd"]).join(quoted, on=SETTING_KEYS)
     out["largest"] = out[list(LOSSES)].fillna(-math.inf).idxmax(axis=1).map(LOSSES)
     return out
 
 
-SETTING_MODEL_COLUMNS = ("setting", *SETTING_KEYS, "n", "steps", "measured_s", "ideal_s", "compute_s", "data_wait_s",
-                         "allreduce_s", "allreduce_source", "overlap", "dp_s", "predicted_s", "measured_speedup",
-                         "measured_speedup_low", "measured_speedup_high", "predicted_speedup", *LOSSES, "base_sd_s",
-                         "noise_s", "largest", "largest_s")
+SETTING_MODEL_COLUMNS = (
+    "setting",
+    *SETTING_KEYS,
+    "n",
+    "steps",
+    "measured_s",
+    "ideal_s",
+    "compute_s",
+    "data_wait_s",
+    "allreduce_s",
+    "allreduce_source",
+    "overlap",
+    "dp_s",
+    "predicted_s",
+    "measured_speedup",
+    "measured_speedup_low",
+    "measured_speedup_high",
+    "predicted_speedup",
+    *LOSSES,
+    "base_sd_s",
+    "noise_s",
+    "largest",
+    "largest_s",
+)
 
 
 def settings_model(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:

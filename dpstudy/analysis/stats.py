@@ -15,6 +15,7 @@ one edge.
 Accuracy and other additive quantities use the plain t-interval on the mean. With fewer than two
 runs on a side there is no interval (NaN bounds): the report prints the number and says so.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,9 +33,20 @@ METHOD = "Welch t-interval on log throughput"
 Estimate = tuple[float, float, float]  # (point, low, high); NaN bounds: no interval
 NO_VALUE: Estimate = (math.nan, math.nan, math.nan)
 METRICS = ("samples_per_s", "speedup", "efficiency", "final_test_acc")
-SETTING_COLUMNS = ("repeats", "cells", "baseline_repeats", "noise_cv", "baseline_noise_cv", "noisy", "other_load",
-                   *(f"{m}{p}" for m in METRICS for p in ("", "_low", "_high")),
-                   "setting", "noise_max_cv", "effect", "verdict")
+SETTING_COLUMNS = (
+    "repeats",
+    "cells",
+    "baseline_repeats",
+    "noise_cv",
+    "baseline_noise_cv",
+    "noisy",
+    "other_load",
+    *(f"{m}{p}" for m in METRICS for p in ("", "_low", "_high")),
+    "setting",
+    "noise_max_cv",
+    "effect",
+    "verdict",
+)
 # A setting's speedup against one device, as the report words it (`verdict`): the interval above,
 # below or around 1, or its noise larger than its effect; none without an interval or for one device.
 VERDICTS = ("faster", "slower", "within noise", "noisier")
@@ -73,7 +85,7 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     se = math.sqrt(va + vb)
     if se == 0:
         return (diff, 0.0)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     return (diff, t_quantile(df) * se)
 
 
@@ -128,8 +140,9 @@ def versus(value: tuple[float, float, float], reference: float) -> int:
     return 1 if low > reference else -1 if high < reference else 0
 
 
-def interval_text(value: tuple[float, float, float], form: str | Callable[[float], str] = "{:.2f}",
-                  unit: str = "") -> str:
+def interval_text(
+    value: tuple[float, float, float], form: str | Callable[[float], str] = "{:.2f}", unit: str = ""
+) -> str:
     """'1.52x [1.41-1.60]', or just the number when there is no interval. `form` is a format
     string or a function of the number."""
     fmt = form.format if isinstance(form, str) else form
@@ -156,14 +169,21 @@ def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
     for key, group in ok.groupby(SETTING_KEYS, dropna=False, sort=True):
         setting = dict(zip(SETTING_KEYS, key))
         base = baselines.of(setting)
-        row = {**setting, "repeats": len(group), "cells": " ".join(sorted(group["cell"])),
-               "baseline_repeats": len(base), "noise_cv": cv(group["samples_per_s"]),
-               "baseline_noise_cv": cv(base["samples_per_s"]),
-               # the most CPU other processes took while a repeat trained (dpstudy.engine.monitor.HostLoad)
-               "other_load": group["other_load"].max() if "other_load" in group else math.nan}
-        for name, value in (("samples_per_s", mean_interval(group["samples_per_s"], log=True)),
-                            ("final_test_acc", mean_interval(group["final_test_acc"])),
-                            ("speedup", ratio(group["samples_per_s"], base["samples_per_s"]))):
+        row = {
+            **setting,
+            "repeats": len(group),
+            "cells": " ".join(sorted(group["cell"])),
+            "baseline_repeats": len(base),
+            "noise_cv": cv(group["samples_per_s"]),
+            "baseline_noise_cv": cv(base["samples_per_s"]),
+            # the most CPU other processes took while a repeat trained (dpstudy.engine.monitor.HostLoad)
+            "other_load": group["other_load"].max() if "other_load" in group else math.nan,
+        }
+        for name, value in (
+            ("samples_per_s", mean_interval(group["samples_per_s"], log=True)),
+            ("final_test_acc", mean_interval(group["final_test_acc"])),
+            ("speedup", ratio(group["samples_per_s"], base["samples_per_s"])),
+        ):
             row.update({name: value[0], f"{name}_low": value[1], f"{name}_high": value[2]})
         for part in ("", "_low", "_high"):
             row[f"efficiency{part}"] = row[f"speedup{part}"] / setting["devices"]

@@ -1,11 +1,12 @@
 """Study-level figures the report states, each a column of a table:
 
-  summary     one row: how many multi-device settings have each speedup verdict, the noise floor
-              (CV of the single-device settings' throughput), and the runs that shared the host
-  data_wait   the share of the steady training time spent waiting for data, by loader and by setup
-  memory      per finished multi-device cell: its fullest device's peak memory over its emptiest's
-  util_means  per cell and GPU: the mean utilisation of the sampled run
+summary     one row: how many multi-device settings have each speedup verdict, the noise floor
+            (CV of the single-device settings' throughput), and the runs that shared the host
+data_wait   the share of the steady training time spent waiting for data, by loader and by setup
+memory      per finished multi-device cell: its fullest device's peak memory over its emptiest's
+util_means  per cell and GPU: the mean utilisation of the sampled run
 """
+
 from __future__ import annotations
 
 import math
@@ -16,14 +17,33 @@ from dpstudy.analysis.stats import VERDICTS
 
 BUSY_CORES = 0.25  # other processes' mean CPU (cores) above which a run counts as measured on a busy host
 VERDICT_COLUMNS = {v: v.replace(" ", "_") for v in VERDICTS}  # faster, slower, within_noise, noisier
-SUMMARY_COLUMNS = ("multi_settings", *VERDICT_COLUMNS.values(), "noise_floor_settings", "noise_floor_median_cv",
-                   "noise_floor_max_cv", "finished_cells", "busy_cores", "busy_cells", "other_load_max",
-                   "busy_other_load_max")
+SUMMARY_COLUMNS = (
+    "multi_settings",
+    *VERDICT_COLUMNS.values(),
+    "noise_floor_settings",
+    "noise_floor_median_cv",
+    "noise_floor_max_cv",
+    "finished_cells",
+    "busy_cores",
+    "busy_cells",
+    "other_load_max",
+    "busy_other_load_max",
+)
 LOADER_KEYS = ("loader", "workers", "augment")
 SETUP_KEYS = ("mode", "backend", "gpus", "nodes")
 WAIT_COLUMNS = ("by", *LOADER_KEYS, *SETUP_KEYS, "data_wait_s", "wall_s", "share")
-MEMORY_COLUMNS = ("cell", "mode", "backend", "gpus", "nodes", "devices", "peak_mem_mb_max", "peak_mem_mb_min",
-                  "imbalance", "largest")
+MEMORY_COLUMNS = (
+    "cell",
+    "mode",
+    "backend",
+    "gpus",
+    "nodes",
+    "devices",
+    "peak_mem_mb_max",
+    "peak_mem_mb_min",
+    "imbalance",
+    "largest",
+)
 UTIL_MEAN_COLUMNS = ("cell", "device", "samples", "gpu_util")
 
 
@@ -48,13 +68,18 @@ def summary_table(cells: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     ok = finished(cells)
     busy = ok[ok["other_load"] > BUSY_CORES]
-    row = {"multi_settings": len(multi),
-           **{column: int((multi["verdict"] == v).sum()) for v, column in VERDICT_COLUMNS.items()},
-           "noise_floor_settings": len(singles),
-           "noise_floor_median_cv": singles["noise_cv"].median() if len(singles) else math.nan,
-           "noise_floor_max_cv": maximum(singles["noise_cv"]),
-           "finished_cells": len(ok), "busy_cores": BUSY_CORES, "busy_cells": len(busy),
-           "other_load_max": maximum(ok["other_load"]), "busy_other_load_max": maximum(busy["other_load"])}
+    row = {
+        "multi_settings": len(multi),
+        **{column: int((multi["verdict"] == v).sum()) for v, column in VERDICT_COLUMNS.items()},
+        "noise_floor_settings": len(singles),
+        "noise_floor_median_cv": singles["noise_cv"].median() if len(singles) else math.nan,
+        "noise_floor_max_cv": maximum(singles["noise_cv"]),
+        "finished_cells": len(ok),
+        "busy_cores": BUSY_CORES,
+        "busy_cells": len(busy),
+        "other_load_max": maximum(ok["other_load"]),
+        "busy_other_load_max": maximum(busy["other_load"]),
+    }
     return pd.DataFrame([row], columns=list(SUMMARY_COLUMNS))
 
 
@@ -73,14 +98,22 @@ def wait_table(cells: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     if not steady.empty:
         loader_keys = ["loader", "workers"] + (["augment"] if steady["augment"].nunique() > 1 else [])
         for by, keys in (("loader", loader_keys), ("setup", list(SETUP_KEYS))):
-            sums = [{"by": by, **dict(zip(keys, key)), "data_wait_s": part["data_wait_s"].sum(),
-                     "wall_s": part["wall_s"].sum()} for key, part in steady.groupby(keys)]
+            sums = [
+                {
+                    "by": by,
+                    **dict(zip(keys, key)),
+                    "data_wait_s": part["data_wait_s"].sum(),
+                    "wall_s": part["wall_s"].sum(),
+                }
+                for key, part in steady.groupby(keys)
+            ]
             shares = pd.Series([r["data_wait_s"] / r["wall_s"] for r in sums], dtype=float)
             order = shares.sort_values(ascending=False).index if by == "loader" else shares.index
             rows += [{**sums[i], "share": shares[i]} for i in order]
     table = pd.DataFrame(rows, columns=list(WAIT_COLUMNS))
-    return table.astype({"workers": "Int64", "gpus": "Int64", "nodes": "Int64", "data_wait_s": float,
-                         "wall_s": float, "share": float})
+    return table.astype(
+        {"workers": "Int64", "gpus": "Int64", "nodes": "Int64", "data_wait_s": float, "wall_s": float, "share": float}
+    )
 
 
 def memory_table(cells: pd.DataFrame) -> pd.DataFrame:
@@ -89,7 +122,8 @@ def memory_table(cells: pd.DataFrame) -> pd.DataFrame:
     imbalance (the first of equals, in cell order)."""
     ok = finished(cells[cells["devices"] > 1]).dropna(subset=["peak_mem_mb_max", "peak_mem_mb_min"])
     table = ok[[c for c in MEMORY_COLUMNS if c in ok]].assign(
-        imbalance=ok["peak_mem_mb_max"] / ok["peak_mem_mb_min"], largest=False)
+        imbalance=ok["peak_mem_mb_max"] / ok["peak_mem_mb_min"], largest=False
+    )
     for _, rows in table.groupby("mode"):
         table.loc[rows["imbalance"].idxmax(), "largest"] = True
     return table.astype({"imbalance": float, "largest": bool})[list(MEMORY_COLUMNS)].reset_index(drop=True)

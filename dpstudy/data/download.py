@@ -6,6 +6,7 @@ read from our folders and to skip their inner per-file checksums: we verify ever
 against our own, overridable checksum, and the archives the tests generate cannot match
 torchvision's lists of inner-file MD5s.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -62,8 +63,10 @@ def _download_verified(name: str, file: str, raw: Path, mirrors: list[str], expe
     actual = calculate_md5(part)
     if actual != expected:
         part.unlink()  # a retry must download again
-        raise DatasetError(f"dataset {name!r}: checksum mismatch for {file}: expected md5 {expected}, "
-                           f"got {actual}; the download was deleted")
+        raise DatasetError(
+            f"dataset {name!r}: checksum mismatch for {file}: expected md5 {expected}, "
+            f"got {actual}; the download was deleted"
+        )
     part.rename(raw / file)
     log(name, f"{file}: verified md5 {actual}")
 

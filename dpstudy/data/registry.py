@@ -2,6 +2,7 @@
 
 No torch or torchvision at import time: the Snakefile imports the registry and must stay fast.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,22 +27,50 @@ class DatasetInfo:
 
 
 _DIGITS = tuple(str(d) for d in range(10))
-_MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+_MNIST_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
 _PATTERNS = tuple(f"c{d}" for d in range(10))
 
-DATASETS: dict[str, DatasetInfo] = {info.name: info for info in (
-    DatasetInfo("mnist", 1, 28, _DIGITS, False, _MNIST_FILES, "synthetic"),
-    DatasetInfo("fashion_mnist", 1, 28, ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
-                                         "Shirt", "Sneaker", "Bag", "Ankle boot"), False, _MNIST_FILES, "synthetic"),
-    DatasetInfo("cifar10", 3, 32, ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                                   "ship", "truck"), False, ("cifar-10-python.tar.gz",), "synthetic_rgb"),
-    DatasetInfo("stl10", 3, 96, ("airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship",
-                                 "truck"), False, ("stl10_binary.tar.gz",), "synthetic_stl"),
-    DatasetInfo("synthetic", 1, 28, _PATTERNS, True, ()),
-    DatasetInfo("synthetic_rgb", 3, 32, _PATTERNS, True, ()),
-    DatasetInfo("synthetic_stl", 3, 96, _PATTERNS, True, ()),
-)}
+DATASETS: dict[str, DatasetInfo] = {
+    info.name: info
+    for info in (
+        DatasetInfo("mnist", 1, 28, _DIGITS, False, _MNIST_FILES, "synthetic"),
+        DatasetInfo(
+            "fashion_mnist",
+            1,
+            28,
+            ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+            False,
+            _MNIST_FILES,
+            "synthetic",
+        ),
+        DatasetInfo(
+            "cifar10",
+            3,
+            32,
+            ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+            False,
+            ("cifar-10-python.tar.gz",),
+            "synthetic_rgb",
+        ),
+        DatasetInfo(
+            "stl10",
+            3,
+            96,
+            ("airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship", "truck"),
+            False,
+            ("stl10_binary.tar.gz",),
+            "synthetic_stl",
+        ),
+        DatasetInfo("synthetic", 1, 28, _PATTERNS, True, ()),
+        DatasetInfo("synthetic_rgb", 3, 32, _PATTERNS, True, ()),
+        DatasetInfo("synthetic_stl", 3, 96, _PATTERNS, True, ()),
+    )
+}
 # The overrides (config datasets.NAME) that apply to one kind of dataset only.
 GENERATED_ONLY = ("train_size", "test_size")
 DOWNLOADED_ONLY = ("mirror", "md5")

@@ -4,6 +4,7 @@
 raw downloads under `raw/`, and `meta.json`, the ready marker: it is written last, after every
 file is verified and converted, so a dataset is either ready or not there at all.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from dpstudy.data import synthetic
 from dpstudy.data.registry import DATASETS, GENERATED_ONLY, DatasetError, info, log
-from dpstudy.util.errors import ConfigError
 from dpstudy.util.atomic import atomic_output, write_json
+from dpstudy.util.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +40,7 @@ def load_meta(name: str, root: str | Path) -> dict[str, Any]:
     return json.loads((dataset_dir(name, root) / "meta.json").read_text())
 
 
-def load_split(name: str, root: str | Path, split: str) -> tuple["torch.Tensor", "torch.Tensor"]:
+def load_split(name: str, root: str | Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(uint8 images [N, C, H, W], int64 labels [N]) of a prepared dataset."""
     import torch
 
@@ -55,7 +56,8 @@ def _require_ready(name: str, root: str | Path) -> None:
     if not is_ready(name, root):
         raise DatasetError(
             f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
-            f"or `python scripts/prepare_data.py {name} --root {root}` first")
+            f"or `python scripts/prepare_data.py {name} --root {root}` first"
+        )
 
 
 def prepare(name: str, root: str | Path, overrides: dict | None = None) -> Path:
@@ -125,8 +127,10 @@ def _check_shapes(name: str, data: dict) -> None:
     expected = (dataset.channels, dataset.size, dataset.size)
     for split, (images, labels) in data.items():
         if tuple(images.shape[1:]) != expected or len(images) != len(labels) or not len(labels):
-            raise DatasetError(f"dataset {name!r}: {split} split has images {tuple(images.shape)} and "
-                               f"{len(labels)} labels, expected [N, {', '.join(map(str, expected))}]")
+            raise DatasetError(
+                f"dataset {name!r}: {split} split has images {tuple(images.shape)} and "
+                f"{len(labels)} labels, expected [N, {', '.join(map(str, expected))}]"
+            )
         if labels.min() < 0 or labels.max() >= len(dataset.classes):
             raise DatasetError(f"dataset {name!r}: {split} labels outside 0..{len(dataset.classes) - 1}")
 
@@ -141,11 +145,17 @@ def _write_splits(name: str, folder: Path, data: dict) -> dict[str, Any]:
         splits[split] = {"n": len(labels), "file": file, "sha256": _sha256(folder / file)}
         log(name, f"converted {len(labels)} {split} samples")
     mean, std = channel_stats(data["train"][0])
-    return {"name": name, "shape": [dataset.channels, dataset.size, dataset.size], "classes": list(dataset.classes),
-            "mean": mean, "std": std, "splits": splits}
+    return {
+        "name": name,
+        "shape": [dataset.channels, dataset.size, dataset.size],
+        "classes": list(dataset.classes),
+        "mean": mean,
+        "std": std,
+        "splits": splits,
+    }
 
 
-def channel_stats(images: "torch.Tensor") -> tuple[list[float], list[float]]:
+def channel_stats(images: torch.Tensor) -> tuple[list[float], list[float]]:
     """Per-channel mean and (unbiased) std of uint8 images scaled to 0..1, exact, from a
     256-bin histogram: a float copy of CIFAR-10 would take gigabytes."""
     import torch
@@ -174,5 +184,3 @@ def _sha256(path: Path) -> str:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-

@@ -7,6 +7,7 @@ epochs instead of being perfect after one step (LeNet, SGD lr 0.05: ~95-98 % aft
 Everything comes from one seed through CPU generators: the same seed gives identical tensors.
 Vectorised: the default sizes take well under a second.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,7 @@ def _generator(seed: int, stream: int) -> torch.Generator:
 def prototypes(channels: int, size: int, seed: int) -> torch.Tensor:
     """float [CLASSES, C, size + 2*SHIFT, size + 2*SHIFT], zero mean and unit std per class."""
     big = size + 2 * SHIFT
-    coarse = torch.randn(CLASSES, channels, big // SMOOTHNESS + 1, big // SMOOTHNESS + 1,
-                         generator=_generator(seed, 0))
+    coarse = torch.randn(CLASSES, channels, big // SMOOTHNESS + 1, big // SMOOTHNESS + 1, generator=_generator(seed, 0))
     smooth = F.interpolate(coarse, size=(big, big), mode="bicubic", align_corners=False)
     flat = smooth.flatten(1)
     flat = (flat - flat.mean(1, keepdim=True)) / flat.std(1, keepdim=True)
@@ -52,15 +52,16 @@ def samples(protos: torch.Tensor, n: int, size: int, generator: torch.Generator)
     low, high = CONTRAST
     contrast = low + (high - low) * torch.rand(n, 1, 1, 1, generator=generator)
     brightness = BRIGHTNESS * torch.randn(n, 1, 1, 1, generator=generator)
-    noise = torch.randn(n, channels, size, size, generator=generator).mul_(NOISE * channels ** 0.5)
+    noise = torch.randn(n, channels, size, size, generator=generator).mul_(NOISE * channels**0.5)
     # In place: the defaults are tens of millions of values, temporaries would double the time.
-    images = crops.mul_(contrast).add_(brightness).add_(noise).mul_(SCALE / channels ** 0.5)
+    images = crops.mul_(contrast).add_(brightness).add_(noise).mul_(SCALE / channels**0.5)
     images = images.add_(128).round_().clamp_(0, 255)
     return images.to(torch.uint8).contiguous(), labels
 
 
-def splits(channels: int, size: int, seed: int, train_size: int, test_size: int
-           ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def splits(
+    channels: int, size: int, seed: int, train_size: int, test_size: int
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """{"train": (images, labels), "test": (images, labels)} for one seed."""
     protos = prototypes(channels, size, seed)
     return {

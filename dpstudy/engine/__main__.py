@@ -8,6 +8,7 @@ The workflow runs it through `python -m dpstudy.jobs.launch`, which picks the ri
 
 SPEC is a JSON object, inline or a file path (settings: dpstudy/study/schema.yaml, $defs/spec).
 """
+
 import os
 import time
 
@@ -29,13 +30,17 @@ def main() -> int:
     parser.add_argument("--spec", required=True, help="JSON object or path to a JSON file")
     parser.add_argument("--out", required=True, help="output folder of the cell")
     parser.add_argument("--cell", help="cell id recorded (default: derived from the spec)")
-    parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
-                        help="CPU cores the whole job may use (shared by its processes)")
+    parser.add_argument(
+        "--cores",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="CPU cores the whole job may use (shared by its processes)",
+    )
     args = parser.parse_args()
 
     from dpstudy.study.cells import base_id
-    from dpstudy.util.errors import ConfigError
     from dpstudy.study.spec import load_spec
+    from dpstudy.util.errors import ConfigError
 
     try:
         spec = load_spec(args.spec)

@@ -4,11 +4,12 @@ Both shard an epoch the way torch's DistributedSampler does (a permutation seede
 seed + epoch, rank r takes every world-th index from r), so for the same settings they feed
 every rank the same samples; `device` just does it without per-sample Python work.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,7 @@ def eval_indices(n: int, shard: Shard) -> torch.Tensor:
 
 # ---- loader: torch ---------------------------------------------------------------------------
 
+
 class ImageTensorDataset(Dataset):
     """A torchvision-style dataset over a uint8 [N,C,H,W] tensor with a per-sample transform."""
 
@@ -72,21 +74,42 @@ def torchvision_transform(augment: str, mean: list[float], std: list[float], siz
 class TorchLoader:
     """DataLoader + DistributedSampler; batches moved to the device as they are taken."""
 
-    def __init__(self, images, labels, *, batch: int, shard: Shard, seed: int, augment: str,
-                 mean, std, device: torch.device, workers: int, train: bool, channels_last: bool):
+    def __init__(
+        self,
+        images,
+        labels,
+        *,
+        batch: int,
+        shard: Shard,
+        seed: int,
+        augment: str,
+        mean,
+        std,
+        device: torch.device,
+        workers: int,
+        train: bool,
+        channels_last: bool,
+    ):
         transform = torchvision_transform(augment if train else "none", mean, std, images.shape[-1])
         dataset = ImageTensorDataset(images, labels, transform)
         self.sampler = None
         if train:
-            self.sampler = DistributedSampler(dataset, num_replicas=shard.world, rank=shard.rank,
-                                              shuffle=True, seed=seed)
+            self.sampler = DistributedSampler(
+                dataset, num_replicas=shard.world, rank=shard.rank, shuffle=True, seed=seed
+            )
         else:
             dataset = Subset(dataset, eval_indices(len(labels), shard).tolist())
         generator = torch.Generator()
         generator.manual_seed(seed)  # worker seeds, hence augmentations, follow the run's seed
         self.loader = DataLoader(
-            dataset, batch_size=batch, sampler=self.sampler, shuffle=False, num_workers=workers,
-            pin_memory=device.type == "cuda", persistent_workers=workers > 0, generator=generator,
+            dataset,
+            batch_size=batch,
+            sampler=self.sampler,
+            shuffle=False,
+            num_workers=workers,
+            pin_memory=device.type == "cuda",
+            persistent_workers=workers > 0,
+            generator=generator,
         )
         self.device, self.channels_last = device, channels_last
 
@@ -110,6 +133,7 @@ class TorchLoader:
 # Augmentation on the device draws every sample's parameters for the whole epoch in one call,
 # so a batch costs a slice and a few tensor ops, never per-sample Python work.
 
+
 def affine_params(n: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
     """[n, 2, 3] inverse affine matrices of RandomAffine(15, translate 0.1, scale 0.8-1.2)."""
     u = torch.rand(n, 4, device=device, generator=g) * 2 - 1  # uniform in [-1, 1]
@@ -120,10 +144,13 @@ def affine_params(n: int, g: torch.Generator, device: torch.device) -> torch.Ten
     tx, ty = u[:, 2] * AFFINE_TRANSLATE * 2, u[:, 3] * AFFINE_TRANSLATE * 2
     cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
     # The grid maps output to input pixels, so it holds the inverse of rotate-scale-translate.
-    return torch.stack([
-        torch.stack([cos, sin, -(cos * tx + sin * ty)], 1),
-        torch.stack([-sin, cos, -(-sin * tx + cos * ty)], 1),
-    ], 1)
+    return torch.stack(
+        [
+            torch.stack([cos, sin, -(cos * tx + sin * ty)], 1),
+            torch.stack([-sin, cos, -(-sin * tx + cos * ty)], 1),
+        ],
+        1,
+    )
 
 
 def base_grid(h: int, w: int, device: torch.device) -> torch.Tensor:
@@ -170,8 +197,21 @@ AUGMENT_ON_DEVICE = {"affine": (affine_params, random_affine), "crop_flip": (cro
 class DeviceLoader:
     """The whole split resident on the device as uint8; batches gathered, augmented, normalised there."""
 
-    def __init__(self, images, labels, *, batch: int, shard: Shard, seed: int, augment: str,
-                 mean, std, device: torch.device, train: bool, channels_last: bool):
+    def __init__(
+        self,
+        images,
+        labels,
+        *,
+        batch: int,
+        shard: Shard,
+        seed: int,
+        augment: str,
+        mean,
+        std,
+        device: torch.device,
+        train: bool,
+        channels_last: bool,
+    ):
         self.images = images.to(device)
         self.labels = labels.to(device)
         self.batch, self.shard, self.seed, self.train = batch, shard, seed, train

@@ -1,4 +1,5 @@
 """Memory peaks and GPU utilisation sampling."""
+
 from __future__ import annotations
 
 import resource
@@ -40,7 +41,7 @@ class UtilSampler:
         self._session = ExitStack()
         self._nvml = None
 
-    def start(self) -> "UtilSampler":
+    def start(self) -> UtilSampler:
         if not self.devices:
             return self
         self._nvml = self._session.enter_context(nvml.session())
@@ -69,8 +70,9 @@ class UtilSampler:
         for i, handle in zip(self.devices, self._handles):
             rates = self._nvml.nvmlDeviceGetUtilizationRates(handle)
             memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-            self.samples[str(i)].append({"t": round(t, 3), "gpu_util": rates.gpu,
-                                         "mem_util": rates.memory, "mem_mb": memory.used / 2**20})
+            self.samples[str(i)].append(
+                {"t": round(t, 3), "gpu_util": rates.gpu, "mem_util": rates.memory, "mem_mb": memory.used / 2**20}
+            )
 
     def stop(self) -> dict[str, list[dict]] | None:
         """The samples (None when nothing was sampled); a second call returns them unchanged."""

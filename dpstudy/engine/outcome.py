@@ -6,6 +6,7 @@ writes the record itself (every rank holds the same all-reduced history), then d
 marker; a watchdog thread on every other rank sees it and ends that process with the agreed
 exit code. No rank waits on a collective timeout.
 """
+
 from __future__ import annotations
 
 import json
@@ -123,8 +124,10 @@ class Outcome:
                 if self.fault_path.exists():
                     fault = json.loads(self.fault_path.read_text())
                     if fault["rank"] != rank:
-                        print(f"[dpstudy] rank {rank}: stopping, rank {fault['rank']} reported {fault['status']}",
-                              flush=True)
+                        print(
+                            f"[dpstudy] rank {rank}: stopping, rank {fault['rank']} reported {fault['status']}",
+                            flush=True,
+                        )
                         os._exit(fault["exit_code"])
 
         threading.Thread(target=run, name="fault-watch", daemon=True).start()

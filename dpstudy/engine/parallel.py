@@ -3,6 +3,7 @@
 `plan()` decides, before any process group exists, whether this hardware can run the cell at
 all; a cell it cannot run is skipped with the reason rather than faked.
 """
+
 from __future__ import annotations
 
 import os
@@ -144,15 +145,27 @@ def plan(spec: dict, env: dict[str, str] | None = None) -> Parallel:
         return Parallel(mode, torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu"), gpus)
     nodes, launched_nodes = spec.get("nodes", 1), int(env.get("GROUP_WORLD_SIZE", "1"))
     if nodes != launched_nodes:
-        raise Skip(f"nodes {nodes} needs a launch on {nodes} nodes (srun torchrun --nnodes={nodes}, as the "
-                   f"cluster profiles do: snakemake --profile profiles/slurm); it was launched on {launched_nodes}")
+        raise Skip(
+            f"nodes {nodes} needs a launch on {nodes} nodes (srun torchrun --nnodes={nodes}, as the "
+            f"cluster profiles do: snakemake --profile profiles/slurm); it was launched on {launched_nodes}"
+        )
     if world != nodes * gpus:
-        raise Skip(f"world size {world} does not match nodes x gpus {nodes * gpus} "
-                   f"(launch with torchrun --nnodes={nodes} --nproc-per-node={gpus})")
+        raise Skip(
+            f"world size {world} does not match nodes x gpus {nodes * gpus} "
+            f"(launch with torchrun --nnodes={nodes} --nproc-per-node={gpus})"
+        )
     local_rank = int(env.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
-    return Parallel(mode, device, gpus, backend, rank=int(env.get("RANK", "0")), world_size=world,
-                    local_rank=local_rank, local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))))
+    return Parallel(
+        mode,
+        device,
+        gpus,
+        backend,
+        rank=int(env.get("RANK", "0")),
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))),
+    )
 
 
 def pin_to_cores(local_rank: int, threads: int) -> list[int]:
@@ -161,7 +174,7 @@ def pin_to_cores(local_rank: int, threads: int) -> list[int]:
     ranks that share one, make a CPU cell's throughput vary from run to run. Returns the cores;
     nothing is pinned (empty list) when there are fewer cores than the ranks need."""
     allowed = sorted(os.sched_getaffinity(0))
-    cores = allowed[local_rank * threads:(local_rank + 1) * threads]
+    cores = allowed[local_rank * threads : (local_rank + 1) * threads]
     if len(cores) < threads or os.environ.get("DPSTUDY_PIN_CORES") == "0":  # 0: benchmarks/noise_floor.py
         return []
     os.sched_setaffinity(0, cores)

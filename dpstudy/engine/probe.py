@@ -7,6 +7,7 @@ achieved. DP (several GPUs): per step, scattering the batch, replicating the mod
 the outputs. The probe runs after the last evaluation, takes no optimizer step and leaves the
 gradients empty, so it changes nothing the record reports. Times are the slowest rank's.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,6 +59,7 @@ def ddp_overlap(trainer, steps: int) -> dict:
                     loss = F.cross_entropy(model(x), y)
                 loss.backward()
             model.zero_grad(set_to_none=True)
+
         return work
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -70,8 +72,13 @@ def ddp_overlap(trainer, steps: int) -> dict:
     dist.barrier()
     allreduce = per_step(trainer, lambda: dist.all_reduce(flat), steps)
     slowest = par.all_gather_floats([sync, nosync, allreduce])
-    return {"steps": steps, "sync_step_s": max(slowest[0::3]), "nosync_step_s": max(slowest[1::3]),
-            "allreduce_s": max(slowest[2::3]), "grad_bytes": flat.numel() * flat.element_size()}
+    return {
+        "steps": steps,
+        "sync_step_s": max(slowest[0::3]),
+        "nosync_step_s": max(slowest[1::3]),
+        "allreduce_s": max(slowest[2::3]),
+        "grad_bytes": flat.numel() * flat.element_size(),
+    }
 
 
 def dp_transfers(trainer, steps: int) -> dict:
@@ -81,10 +88,10 @@ def dp_transfers(trainer, steps: int) -> dict:
     with torch.no_grad():
         for x, _ in batches(trainer, steps):
             x = x.to(f"cuda:{ids[0]}")
-            inputs = timed(trainer, parts, "scatter_s", lambda: nn.parallel.scatter(x, ids))
+            inputs = timed(trainer, parts, "scatter_s", lambda x=x: nn.parallel.scatter(x, ids))
             replicas = timed(trainer, parts, "replicate_s", lambda: nn.parallel.replicate(module, ids))
             outputs = nn.parallel.parallel_apply(replicas[: len(inputs)], [(i,) for i in inputs])
-            timed(trainer, parts, "gather_s", lambda: nn.parallel.gather(outputs, ids[0]))
+            timed(trainer, parts, "gather_s", lambda outputs=outputs: nn.parallel.gather(outputs, ids[0]))
     return {"steps": steps, **{k: v / steps for k, v in parts.items()}}
 
 

@@ -1,4 +1,5 @@
 """Train one cell: the Trainer (shaped like pytorch/examples' multigpu_torchrun) and `run`."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,18 +11,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dpstudy import models
-
 from dpstudy.data import store as data
-
 from dpstudy.engine import probe
-
-from dpstudy.study import spec as specs
-from dpstudy.record.envinfo import environment, rank_host
-from dpstudy.ext.loader import check_kernels
 from dpstudy.engine.loaders import make_loader
 from dpstudy.engine.monitor import HostLoad, UtilSampler, peak_memory_mb, reset_peaks
 from dpstudy.engine.outcome import Outcome
 from dpstudy.engine.parallel import Parallel, Skip, pin_to_cores, plan, resolve_device, threads_per_process
+from dpstudy.ext.loader import check_kernels
+from dpstudy.record.envinfo import environment, rank_host
+from dpstudy.study import spec as specs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -35,7 +33,8 @@ class Trainer:
         lr = specs.scaled_lr(spec)
         self.optimizer = (
             torch.optim.SGD(params, lr=lr, momentum=spec["momentum"], weight_decay=spec["weight_decay"])
-            if spec["optimizer"] == "sgd" else torch.optim.Adam(params, lr=lr, weight_decay=spec["weight_decay"])
+            if spec["optimizer"] == "sgd"
+            else torch.optim.Adam(params, lr=lr, weight_decay=spec["weight_decay"])
         )
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])
         self.scaler = torch.amp.GradScaler(par.device.type, enabled=spec["precision"] == "fp16")
@@ -93,21 +92,37 @@ class Trainer:
         machine, own = HostLoad.cores(load_start, self.host.mark())
         wall = end - start
         steady_s = end - steady_start if steady_start is not None else 0.0
-        counts = [float(samples), float(samples - steady_from if steady_start is not None else 0),
-                  machine / self.par.local_world_size, own]  # summed over ranks: per node, then ours
+        counts = [
+            float(samples),
+            float(samples - steady_from if steady_start is not None else 0),
+            machine / self.par.local_world_size,
+            own,
+        ]  # summed over ranks: per node, then ours
         totals = torch.tensor([0.0, 0.0, *counts], dtype=torch.float64, device=loss_sum.device)
         totals[0], totals[1] = loss_sum, correct.double()
         loss_sum, correct, samples, steady_samples, machine, own = self.par.all_reduce_sum(self.comm(totals)).tolist()
-        return {"train_loss": loss_sum / samples, "train_acc": correct / samples, "wall_s": wall,
-                "data_wait_s": data_wait, "compute_s": wall - data_wait, "samples": int(samples),
-                "samples_per_s": samples / wall, "steady_s": steady_s, "steady_samples": int(steady_samples),
-                # cores the rest of each node used meanwhile (other jobs, steal), averaged over nodes
-                "other_load": max(0.0, (machine - own) / self.spec["nodes"])}
+        return {
+            "train_loss": loss_sum / samples,
+            "train_acc": correct / samples,
+            "wall_s": wall,
+            "data_wait_s": data_wait,
+            "compute_s": wall - data_wait,
+            "samples": int(samples),
+            "samples_per_s": samples / wall,
+            "steady_s": steady_s,
+            "steady_samples": int(steady_samples),
+            # cores the rest of each node used meanwhile (other jobs, steal), averaged over nodes
+            "other_load": max(0.0, (machine - own) / self.spec["nodes"]),
+        }
 
     @torch.no_grad()
     def evaluate(self) -> dict:
         """The whole test set exactly once: ranks take disjoint shards, sums are all-reduced."""
-        module = self.model.module if isinstance(self.model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else self.model
+        module = (
+            self.model.module
+            if isinstance(self.model, (nn.DataParallel, nn.parallel.DistributedDataParallel))
+            else self.model
+        )
         self.par.sync_buffers(module)
         model = self.model if self.par.mode == "dp" else module
         model.eval()
@@ -118,8 +133,13 @@ class Trainer:
             with self.autocast():
                 logits = model(x)
             loss = F.cross_entropy(logits.float(), y, reduction="sum")
-            totals += torch.stack([loss.double(), (logits.argmax(1) == y).sum().double(),
-                                   torch.tensor(len(y), device=totals.device, dtype=torch.float64)])
+            totals += torch.stack(
+                [
+                    loss.double(),
+                    (logits.argmax(1) == y).sum().double(),
+                    torch.tensor(len(y), device=totals.device, dtype=torch.float64),
+                ]
+            )
         self.par.synchronize()
         seconds = time.perf_counter() - start
         loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
@@ -139,9 +159,11 @@ class Trainer:
 
 
 def progress_line(e: dict, epochs: int) -> str:
-    return (f"epoch {e['epoch']}/{epochs} train_loss {e['train_loss']:.4f} train_acc {e['train_acc']:.2%} "
-            f"test_loss {e['test_loss']:.4f} test_acc {e['test_acc']:.2%} wall {e['wall_s']:.2f}s "
-            f"data_wait {e['data_wait_s']:.2f}s {e['samples_per_s']:.0f} samples/s")
+    return (
+        f"epoch {e['epoch']}/{epochs} train_loss {e['train_loss']:.4f} train_acc {e['train_acc']:.2%} "
+        f"test_loss {e['test_loss']:.4f} test_acc {e['test_acc']:.2%} wall {e['wall_s']:.2f}s "
+        f"data_wait {e['data_wait_s']:.2f}s {e['samples_per_s']:.0f} samples/s"
+    )
 
 
 def injected_fault(rank: int):
@@ -166,18 +188,32 @@ def load_datasets(spec: dict, par: Parallel):
         if not data.DATASETS[name].generated:
             raise data.DatasetError(
                 f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
-                f"or `python scripts/prepare_data.py {name} --root {root}` first")
+                f"or `python scripts/prepare_data.py {name} --root {root}` first"
+            )
         if par.is_main:
             data.prepare(name, root)
         if par.world_size > 1:
             wait_until(lambda: data.is_ready(name, root), f"dataset {name} prepared by rank 0")
     meta = data.load_meta(name, root)
-    common = dict(shard=par.shard, seed=effective_seed(spec), augment=spec["augment"], mean=meta["mean"],
-                  std=meta["std"], device=par.device, channels_last=spec["channels_last"])
+    common = dict(
+        shard=par.shard,
+        seed=effective_seed(spec),
+        augment=spec["augment"],
+        mean=meta["mean"],
+        std=meta["std"],
+        device=par.device,
+        channels_last=spec["channels_last"],
+    )
     batch = specs.per_device_batch(spec) if par.mode == "ddp" else specs.global_batch(spec)
     loaders = [
-        make_loader(spec["loader"], *data.load_split(name, root, split), batch=batch, train=split == "train",
-                    workers=spec["workers"], **common)
+        make_loader(
+            spec["loader"],
+            *data.load_split(name, root, split),
+            batch=batch,
+            train=split == "train",
+            workers=spec["workers"],
+            **common,
+        )
         for split in ("train", "test")
     ]
     return meta, loaders
@@ -206,8 +242,9 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         par = plan(spec)
     except Skip as skip:
         threads = threads_per_process(cores, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-        outcome.env = environment(world, resolve_device(spec["device"]), threads,
-                                  int(os.environ.get("GROUP_WORLD_SIZE", "1")))
+        outcome.env = environment(
+            world, resolve_device(spec["device"]), threads, int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+        )
         outcome.env["ranks"] = [rank_host(rank, int(os.environ.get("LOCAL_RANK", "0")))]
         if rank == 0:
             print(f"[dpstudy] skipped: {skip}", flush=True)
@@ -232,8 +269,9 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
             check_kernels(par.devices())  # refuse a build without kernels for these GPUs, with the reason
         if spec["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
-        trainer = Trainer(spec, par, train_data, test_data, model,
-                          log=lambda line: par.is_main and print(line, flush=True))
+        trainer = Trainer(
+            spec, par, train_data, test_data, model, log=lambda line: par.is_main and print(line, flush=True)
+        )
         sampler = UtilSampler(par.devices() if par.local_rank == 0 else []).start()
         outcome.startup_s = time.time() - t0
         trainer.run(outcome.epochs.append)

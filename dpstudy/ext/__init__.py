@@ -6,6 +6,7 @@
 
 See README.md beside this file for the operators' contracts and the build.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

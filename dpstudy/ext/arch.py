@@ -8,11 +8,13 @@ An entry is `M.m` (machine code sm_Mm, which runs on GPUs of capability M.x for 
 x >= m). Entries are separated by `;` (also `,` or spaces), as in TORCH_CUDA_ARCH_LIST; LIST
 below is the one statement of that syntax (the study's ext.cuda_arch is checked against it).
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from dpstudy.util import nvml
 from dpstudy.util.errors import ConfigError
@@ -37,7 +39,7 @@ class Arch:
     ptx: bool = False
 
     @classmethod
-    def parse(cls, entry: str) -> "Arch":
+    def parse(cls, entry: str) -> Arch:
         match = ENTRY.fullmatch(entry)
         if match is None:
             raise ConfigError(f"{entry!r} is not a CUDA architecture such as 8.0, 9.0a, 10.0f or 9.0+PTX")
@@ -70,8 +72,10 @@ def split(text: str, key: str = "ext.cuda_arch") -> list[str]:
 
     fullmatch: a trailing newline would pass `$` under Python's re."""
     if not isinstance(text, str) or not LIST.fullmatch(text):
-        raise ConfigError(f"{key}: {text!r} is not a CUDA architecture list such as {DEFAULT_CUDA_ARCH!r} "
-                          "(entries M.m, M.ma, M.mf or M.m+PTX separated by ';')")
+        raise ConfigError(
+            f"{key}: {text!r} is not a CUDA architecture list such as {DEFAULT_CUDA_ARCH!r} "
+            "(entries M.m, M.ma, M.mf or M.m+PTX separated by ';')"
+        )
     return [entry for entry in SEPARATORS.split(text) if entry]
 
 
@@ -101,8 +105,13 @@ def build_args(study_arch: str | None, cuda_cells: bool, visible: Iterable[tuple
 
 def visible_capabilities() -> list[tuple[int, int]]:
     """Compute capabilities of the GPUs this host sees, through NVML (no torch, milliseconds)."""
-    return nvml.query(lambda n: [tuple(n.nvmlDeviceGetCudaComputeCapability(n.nvmlDeviceGetHandleByIndex(i)))
-                                 for i in range(n.nvmlDeviceGetCount())], [])
+    return nvml.query(
+        lambda n: [
+            tuple(n.nvmlDeviceGetCudaComputeCapability(n.nvmlDeviceGetHandleByIndex(i)))
+            for i in range(n.nvmlDeviceGetCount())
+        ],
+        [],
+    )
 
 
 def covers(arch_list: Iterable[str], capability: tuple[int, int]) -> bool:
@@ -110,8 +119,9 @@ def covers(arch_list: Iterable[str], capability: tuple[int, int]) -> bool:
     return any(Arch.parse(entry).runs_on(capability) for entry in arch_list)
 
 
-def missing_kernels(build: dict[str, Any] | None, capability: tuple[int, int], where: str,
-                    gpu_name: str | None = None) -> str | None:
+def missing_kernels(
+    build: dict[str, Any] | None, capability: tuple[int, int], where: str, gpu_name: str | None = None
+) -> str | None:
     """Why the build that `build` (its build.json) describes cannot run on a GPU of `capability`,
     or None when it can. `where` names the build's folder in the reason, `gpu_name` the GPU."""
     major, minor = capability

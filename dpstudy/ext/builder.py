@@ -11,6 +11,7 @@ Ada, Hopper, and newer GPUs through PTX). `require_cuda` (the workflow passes it
 runs CUDA cells) turns "no CUDA kernels can be built here" into an error instead of a CPU-only
 library that CUDA cells could not use.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dpstudy.ext.arch import DEFAULT_CUDA_ARCH, split
 from dpstudy.util.atomic import write_json
 from dpstudy.util.hashing import files_under, tree_sha256
 from dpstudy.util.proc import output_of
-from dpstudy.ext.arch import DEFAULT_CUDA_ARCH, split
 
 NAME = "dpstudy_ext"
 SO_NAME = f"{NAME}.so"
@@ -73,15 +74,29 @@ def cuda_plan(cpu_only: bool | None, cuda_arch: str | None, require_cuda: bool =
         note = "CPU-only build: no CUDA toolkit (bin/nvcc + include/cuda_runtime.h) found; set CUDA_HOME"
     elif not arch and not torch.cuda.is_available():
         # Minutes of nvcc for kernels nothing here can run; a GPU node builds its own.
-        note = (f'CPU-only build: no GPU is visible, so CUDA kernels could not run here; set ext.cuda_arch '
-                f'(e.g. "{DEFAULT_CUDA_ARCH}"), device: cuda, or --cuda-arch to compile them anyway')
+        note = (
+            f"CPU-only build: no GPU is visible, so CUDA kernels could not run here; set ext.cuda_arch "
+            f'(e.g. "{DEFAULT_CUDA_ARCH}"), device: cuda, or --cuda-arch to compile them anyway'
+        )
     else:
         if not arch:
             arch, arch_source = _visible_arch(), "visible GPUs"
-        return {"with_cuda": True, "cuda_arch": arch, "cuda_arch_source": arch_source, "cuda_home": str(home),
-                "nvcc": _version(home / "bin" / "nvcc"), "note": None}
-    return {"with_cuda": False, "cuda_arch": [], "cuda_arch_source": None, "cuda_home": None, "nvcc": None,
-            "note": note}
+        return {
+            "with_cuda": True,
+            "cuda_arch": arch,
+            "cuda_arch_source": arch_source,
+            "cuda_home": str(home),
+            "nvcc": _version(home / "bin" / "nvcc"),
+            "note": None,
+        }
+    return {
+        "with_cuda": False,
+        "cuda_arch": [],
+        "cuda_arch_source": None,
+        "cuda_home": None,
+        "nvcc": None,
+        "note": note,
+    }
 
 
 def cuda_home() -> Path | None:
@@ -126,8 +141,13 @@ def _cached(path: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
     return info if same and Path(info.get("so", "")).exists() else None
 
 
-def build(out_dir: str | Path = "results/ext", cuda_arch: str | None = None, cpu_only: bool | None = None,
-          force: bool = False, require_cuda: bool = False) -> dict[str, Any]:
+def build(
+    out_dir: str | Path = "results/ext",
+    cuda_arch: str | None = None,
+    cpu_only: bool | None = None,
+    force: bool = False,
+    require_cuda: bool = False,
+) -> dict[str, Any]:
     """Build the library into `out_dir` and return build.json's content.
 
     An up-to-date build (same sources, torch and CUDA plan) is reused unless `force`; ninja keeps
@@ -139,12 +159,19 @@ def build(out_dir: str | Path = "results/ext", cuda_arch: str | None = None, cpu
     out = Path(out_dir).resolve()
     plan = cuda_plan(cpu_only, cuda_arch, require_cuda)
     if require_cuda and not plan["with_cuda"]:
-        raise CudaUnavailable(f"dpstudy.ext: the study runs CUDA cells, so the extension needs CUDA kernels, "
-                              f"but they cannot be built here: {plan['note']}")
+        raise CudaUnavailable(
+            f"dpstudy.ext: the study runs CUDA cells, so the extension needs CUDA kernels, "
+            f"but they cannot be built here: {plan['note']}"
+        )
     if plan["note"]:
         print(f"dpstudy.ext: {plan['note']}", file=sys.stderr)
-    expected = {"schema": SCHEMA, "torch": torch.__version__, "sources_sha256": sources_sha256(),
-                "with_cuda": plan["with_cuda"], "cuda_arch": plan["cuda_arch"]}
+    expected = {
+        "schema": SCHEMA,
+        "torch": torch.__version__,
+        "sources_sha256": sources_sha256(),
+        "with_cuda": plan["with_cuda"],
+        "cuda_arch": plan["cuda_arch"],
+    }
     if not force and (info := _cached(out / "build.json", expected)):
         return info
     start = time.perf_counter()
@@ -185,11 +212,12 @@ def _compile_in_child(build_dir: Path, files: list[Path], plan: dict[str, Any]) 
         result = Path(tmp, "result.json")
         code = "import sys; from dpstudy.ext.builder import _compile_and_load; _compile_and_load(*sys.argv[1:])"
         # The compiler's output goes to stderr: the caller's log, not its stdout.
-        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec), str(result)], env=env,
-                              stdout=sys.stderr)
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec), str(result)], env=env, stdout=sys.stderr)
         if proc.returncode != 0 or not result.exists():
-            raise RuntimeError(f"dpstudy.ext: building {NAME} in {build_dir} failed (exit {proc.returncode}); "
-                               "the compiler's messages are above")
+            raise RuntimeError(
+                f"dpstudy.ext: building {NAME} in {build_dir} failed (exit {proc.returncode}); "
+                "the compiler's messages are above"
+            )
         return json.loads(result.read_text())
 
 
@@ -200,9 +228,15 @@ def _compile_and_load(spec_json: str, result_path: str) -> None:
 
     spec = json.loads(spec_json)
     so = cpp_extension.load(
-        name=NAME, sources=spec["sources"], build_directory=spec["build_dir"], extra_cflags=CFLAGS,
-        extra_ldflags=LDFLAGS, extra_cuda_cflags=CUDA_CFLAGS, with_cuda=spec["with_cuda"],
-        is_python_module=False, verbose=True,
+        name=NAME,
+        sources=spec["sources"],
+        build_directory=spec["build_dir"],
+        extra_cflags=CFLAGS,
+        extra_ldflags=LDFLAGS,
+        extra_cuda_cflags=CUDA_CFLAGS,
+        with_cuda=spec["with_cuda"],
+        is_python_module=False,
+        verbose=True,
     )
     missing = [op for op in OPS if not hasattr(torch.ops.dpstudy, op)]
     if missing:

@@ -1,5 +1,6 @@
 """nn.Conv2d and nn.MaxPool2d that run the extension's operators, with the same parameters and
 state_dict keys as the modules they replace."""
+
 from __future__ import annotations
 
 import torch.nn as nn
@@ -38,8 +39,15 @@ def convert(module: nn.Module) -> nn.Module:
 def _ext_conv(conv: nn.Conv2d) -> ExtConv2d:
     if conv.groups != 1 or conv.dilation != (1, 1) or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
         raise ValueError(f"ExtConv2d supports groups=1, dilation=1, numeric zero padding; got {conv}")
-    ext = ExtConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                    bias=conv.bias is not None, device="meta")
+    ext = ExtConv2d(
+        conv.in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        conv.stride,
+        conv.padding,
+        bias=conv.bias is not None,
+        device="meta",
+    )
     ext.weight, ext.bias = conv.weight, conv.bias
     return ext
 

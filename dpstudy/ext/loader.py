@@ -1,12 +1,13 @@
 """Find and load the built operator library (once per process), and refuse GPUs it has no
 CUDA kernels for."""
+
 from __future__ import annotations
 
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from .arch import missing_kernels
 from .builder import SO_NAME, build, sources_sha256
@@ -38,17 +39,21 @@ def load_library(out_dir: str | Path | None = None) -> Path:
     if not so.exists():
         build(out)
     elif _stale(out / "build.json"):
-        print(f"dpstudy.ext: {so} was built from older sources; rebuild with "
-              f"`python scripts/build_ext.py --out {out}`", file=sys.stderr)
+        print(
+            f"dpstudy.ext: {so} was built from older sources; rebuild with `python scripts/build_ext.py --out {out}`",
+            file=sys.stderr,
+        )
     import torch
 
     built_for = _built_for(out / "build.json")
     if built_for not in (None, torch.__version__):
         # A library links against one torch's symbols: loading it into another fails with an
         # undefined symbol, or worse. Say what to do instead.
-        raise ExtensionMismatch(f"{so} was built for torch {built_for}, but this is torch {torch.__version__}: "
-                                f"rebuild it (`python scripts/build_ext.py --out {out}`, or rerun the study: its "
-                                "build_ext rule reruns when torch changes)")
+        raise ExtensionMismatch(
+            f"{so} was built for torch {built_for}, but this is torch {torch.__version__}: "
+            f"rebuild it (`python scripts/build_ext.py --out {out}`, or rerun the study: its "
+            "build_ext rule reruns when torch changes)"
+        )
     torch.ops.load_library(str(so))
     _loaded = so
     return so
@@ -85,8 +90,9 @@ def check_kernels(devices: Iterable[int]) -> None:
     folder = (_loaded or load_library()).parent
     build_info = _read_build(folder / "build.json")
     for index in devices:
-        reason = missing_kernels(build_info, torch.cuda.get_device_capability(index), _shown(folder),
-                                 torch.cuda.get_device_name(index))
+        reason = missing_kernels(
+            build_info, torch.cuda.get_device_capability(index), _shown(folder), torch.cuda.get_device_name(index)
+        )
         if reason:
             raise MissingKernels(reason)
 

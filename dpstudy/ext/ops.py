@@ -2,6 +2,7 @@
 and fake (meta) kernels, so the operators work in eager mode, under autograd and under
 torch.compile. Importing this module loads the library (see dpstudy.ext.load).
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,14 +27,20 @@ def rgb_to_grayscale(images: Tensor) -> Tensor:
     return torch.ops.dpstudy.rgb_to_grayscale.default(images)
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | tuple[int, int] = 1,
-           padding: int | tuple[int, int] = 0) -> Tensor:
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+) -> Tensor:
     """torch.nn.functional.conv2d for float32/float64 [N,C,H,W] (no dilation, no groups)."""
     return torch.ops.dpstudy.conv2d.default(input, weight, bias, list(_pair(stride)), list(_pair(padding)))
 
 
-def max_pool2d(input: Tensor, kernel_size: int | tuple[int, int],
-               stride: int | tuple[int, int] | None = None) -> Tensor:
+def max_pool2d(
+    input: Tensor, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None
+) -> Tensor:
     """torch.nn.functional.max_pool2d for float32/float64 [N,C,H,W] (no padding, no dilation);
     stride defaults to kernel_size."""
     kernel = list(_pair(kernel_size))
@@ -44,14 +51,21 @@ def max_pool2d(input: Tensor, kernel_size: int | tuple[int, int],
 def _same_device(op: str, ref_name: str, ref: Tensor, **tensors: Tensor | None) -> None:
     for name, t in tensors.items():
         if t is not None:
-            torch._check(t.device == ref.device, lambda: f"{op}: {name!r} is on {t.device} but {ref_name!r} is on "
-                                                         f"{ref.device}; all tensors must be on one device")
+            torch._check(
+                t.device == ref.device,
+                lambda name=name, t=t: (
+                    f"{op}: {name!r} is on {t.device} but {ref_name!r} is on "
+                    f"{ref.device}; all tensors must be on one device"
+                ),
+            )
 
 
 @torch.library.register_fake("dpstudy::rgb_to_grayscale")
 def _(images):
-    torch._check(images.dim() in (3, 4) and images.shape[-3] == 3,
-                 lambda: "dpstudy::rgb_to_grayscale: 'images' must be [3, H, W] or [N, 3, H, W]")
+    torch._check(
+        images.dim() in (3, 4) and images.shape[-3] == 3,
+        lambda: "dpstudy::rgb_to_grayscale: 'images' must be [3, H, W] or [N, 3, H, W]",
+    )
     torch._check(images.dtype == torch.uint8, lambda: "dpstudy::rgb_to_grayscale: 'images' must be uint8")
     return images.new_empty((*images.shape[:-3], 1, *images.shape[-2:]))
 
@@ -63,8 +77,10 @@ def _conv_output_size(n: int, k: int, s: int, p: int) -> int:
 @torch.library.register_fake("dpstudy::conv2d")
 def _(input, weight, bias, stride, padding):
     _same_device("dpstudy::conv2d", "input", input, weight=weight, bias=bias)
-    torch._check(input.dim() == 4 and weight.dim() == 4 and weight.shape[1] == input.shape[1],
-                 lambda: "dpstudy::conv2d: 'weight' [O, C, kH, kW] must match 'input' [N, C, H, W]")
+    torch._check(
+        input.dim() == 4 and weight.dim() == 4 and weight.shape[1] == input.shape[1],
+        lambda: "dpstudy::conv2d: 'weight' [O, C, kH, kW] must match 'input' [N, C, H, W]",
+    )
     oh, ow = (_conv_output_size(input.shape[i + 2], weight.shape[i + 2], stride[i], padding[i]) for i in (0, 1))
     return input.new_empty((input.shape[0], weight.shape[0], oh, ow))
 
@@ -98,10 +114,16 @@ def _conv2d_setup(ctx, inputs, output):
 def _conv2d_backward(ctx, grad):
     input, weight = ctx.saved_tensors
     grad_input, grad_weight, grad_bias = torch.ops.dpstudy.conv2d_backward.default(
-        grad, input, weight, ctx.stride, ctx.padding)
+        grad, input, weight, ctx.stride, ctx.padding
+    )
     needs = ctx.needs_input_grad
-    return (grad_input if needs[0] else None, grad_weight if needs[1] else None,
-            grad_bias if ctx.has_bias and needs[2] else None, None, None)
+    return (
+        grad_input if needs[0] else None,
+        grad_weight if needs[1] else None,
+        grad_bias if ctx.has_bias and needs[2] else None,
+        None,
+        None,
+    )
 
 
 torch.library.register_autograd("dpstudy::conv2d", _conv2d_backward, setup_context=_conv2d_setup)

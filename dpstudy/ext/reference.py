@@ -1,5 +1,6 @@
 """Pure-PyTorch references for the operators, used by the tests and as the benchmarks'
 "PyTorch vectorised" baseline. conv2d and max_pool2d are torch.nn.functional's own."""
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ and returns {"figures": {key: value}, "details": {key: text}, "notes": [...], "p
 "data": {...}, "files": [...]} for dpstudy.gpucheck.worker to record in `out/raw/<item>.json`.
 The figure keys are the registry's.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,10 +16,13 @@ from pathlib import Path
 
 # make gpu-check runs in the repository: its tests, its workflow and its results are checked.
 REPO = Path.cwd()
-ONE_GPU_NCCL = ("one GPU: NCCL at world size 1 moves no data between devices; this is the per-call overhead, "
-                "not a bandwidth")
-ONE_GPU_GLOO = ("one GPU: Gloo at world size 2 runs both ranks on the one GPU, staging its tensors through host "
-                "memory; its bandwidth is the host round trip, not a link between GPUs")
+ONE_GPU_NCCL = (
+    "one GPU: NCCL at world size 1 moves no data between devices; this is the per-call overhead, not a bandwidth"
+)
+ONE_GPU_GLOO = (
+    "one GPU: Gloo at world size 2 runs both ranks on the one GPU, staging its tensors through host "
+    "memory; its bandwidth is the host round trip, not a link between GPUs"
+)
 
 
 def _rel(path: Path, out: Path) -> str:
@@ -26,6 +30,7 @@ def _rel(path: Path, out: Path) -> str:
 
 
 # ---- 1: the gpu-marked tests ------------------------------------------------------------------
+
 
 def junit_counts(xml_path: str | Path) -> dict:
     """Counts, failing test names and suite properties of a pytest JUnit XML file."""
@@ -42,12 +47,24 @@ def junit_counts(xml_path: str | Path) -> dict:
             problem = case.find("failure") if case.find("failure") is not None else case.find("error")
             if problem is not None:
                 name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
-                failing.append({"test": name, "message": (problem.get("message") or "").splitlines()[0][:300]
-                                if problem.get("message") else ""})
+                failing.append(
+                    {
+                        "test": name,
+                        "message": (problem.get("message") or "").splitlines()[0][:300]
+                        if problem.get("message")
+                        else "",
+                    }
+                )
     ran = totals["tests"] - totals["skipped"]
     failed = totals["failures"] + totals["errors"]
-    return {**totals, "ran": ran, "failed": failed, "passed": ran - failed, "failing": failing,
-            "properties": properties}
+    return {
+        **totals,
+        "ran": ran,
+        "failed": failed,
+        "passed": ran - failed,
+        "failing": failing,
+        "properties": properties,
+    }
 
 
 def tests_result(counts: dict, returncode: int, duration_s: float, xml_name: str) -> dict:
@@ -62,11 +79,17 @@ def tests_result(counts: dict, returncode: int, duration_s: float, xml_name: str
         details["ran"] = "every gpu test was skipped: CUDA was not usable inside pytest"
     seed = counts["properties"].get("dpstudy_gpu_seed")
     if seed is not None:
-        notes.append(f"random shapes drawn from seed {seed}; replay with DPSTUDY_GPU_SEED={seed} "
-                     "python -m pytest -m gpu tests/e2e/test_gpu.py")
+        notes.append(
+            f"random shapes drawn from seed {seed}; replay with DPSTUDY_GPU_SEED={seed} "
+            "python -m pytest -m gpu tests/e2e/test_gpu.py"
+        )
     notes.append(f"pytest exit status {returncode}; JUnit XML in {xml_name}")
-    return {"figures": {key: counts[key] for key in ("ran", "failed", "passed", "skipped")} | {"duration_s": duration_s},
-            "details": details, "notes": notes, "data": counts}
+    return {
+        "figures": {key: counts[key] for key in ("ran", "failed", "passed", "skipped")} | {"duration_s": duration_s},
+        "details": details,
+        "notes": notes,
+        "data": counts,
+    }
 
 
 def run_tests(out: Path) -> dict:
@@ -90,11 +113,16 @@ def run_tests(out: Path) -> dict:
 
 # ---- 3: the loader benchmark ------------------------------------------------------------------
 
+
 def loader_result(results: dict[str, dict]) -> dict:
     """Figures from dpstudy.microbench.loader.run()'s steady epochs of (a), (c) and (d)."""
     a, c, d = results["a"], results["c"], results.get("d")
-    figures = {"speedup": a["wall_s"] / c["wall_s"], "data_wait_share": c["data_wait_s"] / c["wall_s"],
-               "a_samples_per_s": a["samples_per_s"], "c_samples_per_s": c["samples_per_s"]}
+    figures = {
+        "speedup": a["wall_s"] / c["wall_s"],
+        "data_wait_share": c["data_wait_s"] / c["wall_s"],
+        "a_samples_per_s": a["samples_per_s"],
+        "c_samples_per_s": c["samples_per_s"],
+    }
     if d:
         figures["c_vs_bound"] = c["wall_s"] / d["wall_s"]
     details = {"speedup": f"{a['wall_s']:.2f} s / {c['wall_s']:.3f} s per epoch"}
@@ -107,13 +135,19 @@ def run_loader(out: Path) -> dict:
     results = loader.run("cuda", keys=("a", "c", "d"), repeats=3)
     table = "\n".join(loader.table(results))
     print(table, flush=True)
-    return {**loader_result(results),
-            "notes": ["lenet / synthetic (10,000 samples, 1x28x28), batch 64, steady (second) epoch; (c) and (d): "
-                      "the median of 3 runs", table],
-            "params": {"model": "lenet", "dataset": "synthetic", "batch": loader.BATCH, "repeats": 3}}
+    return {
+        **loader_result(results),
+        "notes": [
+            "lenet / synthetic (10,000 samples, 1x28x28), batch 64, steady (second) epoch; (c) and (d): "
+            "the median of 3 runs",
+            table,
+        ],
+        "params": {"model": "lenet", "dataset": "synthetic", "batch": loader.BATCH, "repeats": 3},
+    }
 
 
 # ---- 4: ResNet-18 throughput and MFU ----------------------------------------------------------
+
 
 def resnet_result(m: dict) -> dict:
     """Figures from dpstudy.microbench.throughput.measure()."""
@@ -124,12 +158,15 @@ def resnet_result(m: dict) -> dict:
     else:
         details["mfu"] = f"of {m['peak_tflops']:,.0f} TFLOP/s, {m['peak_label']} dense BF16"
     epochs = f"{m['steady_epochs']} steady epoch{'s' * (m['steady_epochs'] != 1)}"
-    details["images_per_s"] = (f"{epochs} of {m['images']:,} images in {m['steady_s']:.1f} s; "
-                               f"data wait {100 * m['data_wait_share']:.1f} %")
-    notes = [f"{m['model']} on {m['images']:,} synthetic {m['size']}x{m['size']} RGB images, batch {m['batch']}, "
-             f"{m['precision']} autocast, channels_last {m['channels_last']}, augment {m['augment']}, "
-             f"{m['optimizer']}, device loader, the project's Trainer; cudnn.benchmark {m['cudnn_benchmark']} "
-             "(as in a cell)"]
+    details["images_per_s"] = (
+        f"{epochs} of {m['images']:,} images in {m['steady_s']:.1f} s; data wait {100 * m['data_wait_share']:.1f} %"
+    )
+    notes = [
+        f"{m['model']} on {m['images']:,} synthetic {m['size']}x{m['size']} RGB images, batch {m['batch']}, "
+        f"{m['precision']} autocast, channels_last {m['channels_last']}, augment {m['augment']}, "
+        f"{m['optimizer']}, device loader, the project's Trainer; cudnn.benchmark {m['cudnn_benchmark']} "
+        "(as in a cell)"
+    ]
     if m["peak_source"]:
         notes.append(f"peak: {m['peak_source']}")
     return {"figures": figures, "details": details, "notes": notes, "data": m}
@@ -140,11 +177,16 @@ def run_resnet(out: Path) -> dict:
 
     m = throughput.measure("cuda")
     print(f"[gpu-check] resnet18: {m['images_per_s']:,.0f} img/s, {m['achieved_tflops']:.1f} TFLOP/s", flush=True)
-    return {**resnet_result(m), "params": {k: m[k] for k in ("model", "size", "images", "batch", "precision",
-                                                              "channels_last", "augment", "loader")}}
+    return {
+        **resnet_result(m),
+        "params": {
+            k: m[k] for k in ("model", "size", "images", "batch", "precision", "channels_last", "augment", "loader")
+        },
+    }
 
 
 # ---- 5: rgb_to_grayscale bandwidth ------------------------------------------------------------
+
 
 def cuda_extension(out_dir: Path = REPO / "results" / "ext"):
     """dpstudy.ext.ops with CUDA kernels for every visible GPU, from `out_dir`.
@@ -167,15 +209,20 @@ def cuda_extension(out_dir: Path = REPO / "results" / "ext"):
 def grayscale_result(r: dict, peak_source: str) -> dict:
     """Figures from dpstudy.microbench.bandwidth.grayscale()."""
     ext, check = r["extension"], r["check"]
-    figures = {"fraction_of_peak": ext.get("fraction_of_peak"), "correct": check["correct"] and check["shape_ok"],
-               "bandwidth_bps": ext["bandwidth_bps"], "median_ms": ext["median_s"] * 1e3,
-               "torchvision_bps": r.get("torchvision", {}).get("bandwidth_bps")}
+    figures = {
+        "fraction_of_peak": ext.get("fraction_of_peak"),
+        "correct": check["correct"] and check["shape_ok"],
+        "bandwidth_bps": ext["bandwidth_bps"],
+        "median_ms": ext["median_s"] * 1e3,
+        "torchvision_bps": r.get("torchvision", {}).get("bandwidth_bps"),
+    }
     peak = r["peak_bps"]
-    details = {"fraction_of_peak": f"of {peak / 1e12:.2f} TB/s, {peak_source}" if peak else
-               f"peak unknown ({peak_source})",
-               "bandwidth_bps": f"{ext['bytes'] / 2**20:,.4g} MiB moved per call, median of {ext['runs']} runs",
-               "correct": (f"{check['mismatched_pixels']:,} pixels differ" if not check["correct"] else "every pixel")
-               + ("" if check["poison_reused"] else "; the output did not land in the poisoned memory")}
+    details = {
+        "fraction_of_peak": f"of {peak / 1e12:.2f} TB/s, {peak_source}" if peak else f"peak unknown ({peak_source})",
+        "bandwidth_bps": f"{ext['bytes'] / 2**20:,.4g} MiB moved per call, median of {ext['runs']} runs",
+        "correct": (f"{check['mismatched_pixels']:,} pixels differ" if not check["correct"] else "every pixel")
+        + ("" if check["poison_reused"] else "; the output did not land in the poisoned memory"),
+    }
     if "torchvision" in r and peak:
         details["torchvision_bps"] = f"{100 * r['torchvision']['bandwidth_bps'] / peak:.0f} % of peak"
     shape = "x".join(map(str, r["shape"]))
@@ -197,6 +244,7 @@ def run_grayscale(out: Path) -> dict:
 
 
 # ---- 6: all-reduce ----------------------------------------------------------------------------
+
 
 def comm_plan(gpus: int) -> list[tuple[str, int]]:
     """(backend, world size) on CUDA tensors: both at 2 ranks with two GPUs or more; with one,
@@ -234,8 +282,8 @@ def run_comm(out: Path) -> dict:
     import pandas as pd
     import torch
 
-    from dpstudy.util.atomic import write_csv
     from dpstudy.microbench import comm
+    from dpstudy.util.atomic import write_csv
 
     gpus = torch.cuda.device_count()
     frames, errors = [], {}
@@ -243,12 +291,18 @@ def run_comm(out: Path) -> dict:
         try:
             frames.append(comm.run(world_size=world, combos=[(backend, "cuda")]))
         except Exception as error:  # one backend failing must not hide the other's figures
-            errors[backend] = f"{type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
+            errors[backend] = (
+                f"{type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
+            )
             print(f"[gpu-check] {backend} all-reduce failed: {error}", flush=True)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=comm.COLUMNS)
     csv = out / "raw" / "comm.csv"
     write_csv(df, csv)
     print(df.drop(columns=["dtype"]).to_string(index=False), flush=True)
     result = comm_result(df, gpus, errors)
-    return {**result, "params": {"plan": comm_plan(gpus), "sizes": [int(n) for n in comm.SIZES]},
-            "data": {"errors": errors}, "files": [_rel(csv, out)]}
+    return {
+        **result,
+        "params": {"plan": comm_plan(gpus), "sizes": [int(n) for n in comm.SIZES]},
+        "data": {"errors": errors},
+        "files": [_rel(csv, out)],
+    }

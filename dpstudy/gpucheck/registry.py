@@ -5,14 +5,16 @@ An item's function (in dpstudy.gpucheck.items) takes the output folder and retur
 "figures" hold the values named here by key ("details" may say more about one); the summary
 compares each with its target. No torch here: the summary is written on any machine.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
-
+from typing import Any
 
 # ---- how figures read -------------------------------------------------------------------------
+
 
 def _number(value: float, digits: int = 3) -> str:
     """A few significant digits with thousands separators: 41,200 / 3.35 / 0.0123."""
@@ -69,6 +71,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
 @dataclass(frozen=True)
 class Target:
     """A figure's target: `op` one of >=, >, <=, <, ==, true; `text` overrides how it reads."""
+
     op: str
     value: Any = True
     text: str | None = None
@@ -80,8 +83,13 @@ class Target:
             return measured is True
         if isinstance(measured, (int, float)) and not math.isfinite(measured):
             return False
-        return {">=": measured >= self.value, ">": measured > self.value, "<=": measured <= self.value,
-                "<": measured < self.value, "==": measured == self.value}[self.op]
+        return {
+            ">=": measured >= self.value,
+            ">": measured > self.value,
+            "<=": measured <= self.value,
+            "<": measured < self.value,
+            "==": measured == self.value,
+        }[self.op]
 
     def describe(self, fmt: str) -> str:
         if self.text:
@@ -114,59 +122,107 @@ class Item:
 
 
 ITEMS: tuple[Item, ...] = (
-    Item("tests", "gpu-marked tests: CUDA kernels vs reference, opcheck, gradcheck, autocast, memory accounting",
-         "dpstudy.gpucheck.items:run_tests", (
-             Figure("ran", "gpu tests run (not skipped)", "count", Target(">=", 1)),
-             Figure("failed", "gpu tests failed or in error", "count", Target("==", 0)),
-             Figure("passed", "gpu tests passed", "count"),
-             Figure("skipped", "gpu tests skipped", "count"),
-             Figure("duration_s", "pytest wall time", "duration"),
-         ), timeout_s=1800),
-    Item("study", "default study with device: cuda, end to end to the HTML report",
-         "dpstudy.gpucheck.study:run_study", (
-             Figure("snakemake_ok", "Snakemake finished without error", "bool", Target("true", text="yes")),
-             Figure("core_cells_ok", "single g1, dp g1, ddp g1 nccl, ddp g1 gloo cells", "bool",
-                    Target("true", text="all ok, on CUDA")),
-             Figure("too_big_skipped", "cells needing more GPUs than visible", "bool",
-                    Target("true", text="skipped, reason names GPUs")),
-             Figure("util_filled", "NVML utilisation of the ok cells", "bool", Target("true", text="samples for every ok cell")),
-             Figure("report_html", "results/report/report.html", "bool", Target("true", text="written")),
-             Figure("wall_s", "study wall time", "duration"),
-         ), timeout_s=2400),
-    Item("loader", "device loader vs source 002's DataLoader (workers 0, affine), LeNet on 28x28",
-         "dpstudy.gpucheck.items:run_loader", (
-             Figure("speedup", "device loader (c) vs DataLoader (a), epoch time", "ratio", Target(">=", 20)),
-             Figure("data_wait_share", "data wait in the device loader's epoch", "share", Target("<", 0.05)),
-             Figure("a_samples_per_s", "(a) DataLoader, 0 workers, affine", "samples_per_s"),
-             Figure("c_samples_per_s", "(c) device loader, affine", "samples_per_s"),
-             Figure("c_vs_bound", "(c) epoch / bare-step bound (d)", "ratio"),
-         ), timeout_s=900),
-    Item("resnet", "ResNet-18 (source 003's small-image variant), CIFAR-sized, batch 512, bf16 + channels_last",
-         "dpstudy.gpucheck.items:run_resnet", (
-             Figure("images_per_s", "training images/s (device loader, steady epochs)", "img_per_s",
-                    Target(">=", 40_000)),
-             Figure("mfu", "MFU (dense BF16 peak)", "share"),
-             Figure("achieved_tflops", "achieved FLOP/s (FLOPs per image x images/s)", "tflops"),
-             Figure("flops_per_image", "FLOPs per image, forward + backward", "flop"),
-             Figure("loss_finite", "training loss finite", "bool", Target("true", text="yes")),
-         ), timeout_s=900),
-    Item("grayscale", "the extension's CUDA rgb_to_grayscale: achieved bandwidth vs the device's peak",
-         "dpstudy.gpucheck.items:run_grayscale", (
-             Figure("fraction_of_peak", "extension bandwidth / peak memory bandwidth", "share", Target(">=", 0.5)),
-             Figure("correct", "output equals dpstudy.ext.reference (poisoned output memory)", "bool",
-                    Target("true", text="yes")),
-             Figure("bandwidth_bps", "extension achieved bandwidth", "bytes_per_s"),
-             Figure("median_ms", "extension median time per call", "ms"),
-             Figure("torchvision_bps", "torchvision rgb_to_grayscale (float), same batch", "bytes_per_s"),
-         ), timeout_s=1500),
-    Item("comm", "NCCL and Gloo all-reduce on CUDA tensors",
-         "dpstudy.gpucheck.items:run_comm", (
-             Figure("ran", "both backends ran without error", "bool", Target("true", text="yes")),
-             Figure("nccl_busbw_gbps", "NCCL bus bandwidth, largest size", "gb_per_s"),
-             Figure("nccl_latency_us", "NCCL latency, smallest size", "us"),
-             Figure("gloo_busbw_gbps", "Gloo bus bandwidth, largest size", "gb_per_s"),
-             Figure("gloo_latency_us", "Gloo latency, smallest size", "us"),
-         ), timeout_s=900),
+    Item(
+        "tests",
+        "gpu-marked tests: CUDA kernels vs reference, opcheck, gradcheck, autocast, memory accounting",
+        "dpstudy.gpucheck.items:run_tests",
+        (
+            Figure("ran", "gpu tests run (not skipped)", "count", Target(">=", 1)),
+            Figure("failed", "gpu tests failed or in error", "count", Target("==", 0)),
+            Figure("passed", "gpu tests passed", "count"),
+            Figure("skipped", "gpu tests skipped", "count"),
+            Figure("duration_s", "pytest wall time", "duration"),
+        ),
+        timeout_s=1800,
+    ),
+    Item(
+        "study",
+        "default study with device: cuda, end to end to the HTML report",
+        "dpstudy.gpucheck.study:run_study",
+        (
+            Figure("snakemake_ok", "Snakemake finished without error", "bool", Target("true", text="yes")),
+            Figure(
+                "core_cells_ok",
+                "single g1, dp g1, ddp g1 nccl, ddp g1 gloo cells",
+                "bool",
+                Target("true", text="all ok, on CUDA"),
+            ),
+            Figure(
+                "too_big_skipped",
+                "cells needing more GPUs than visible",
+                "bool",
+                Target("true", text="skipped, reason names GPUs"),
+            ),
+            Figure(
+                "util_filled",
+                "NVML utilisation of the ok cells",
+                "bool",
+                Target("true", text="samples for every ok cell"),
+            ),
+            Figure("report_html", "results/report/report.html", "bool", Target("true", text="written")),
+            Figure("wall_s", "study wall time", "duration"),
+        ),
+        timeout_s=2400,
+    ),
+    Item(
+        "loader",
+        "device loader vs source 002's DataLoader (workers 0, affine), LeNet on 28x28",
+        "dpstudy.gpucheck.items:run_loader",
+        (
+            Figure("speedup", "device loader (c) vs DataLoader (a), epoch time", "ratio", Target(">=", 20)),
+            Figure("data_wait_share", "data wait in the device loader's epoch", "share", Target("<", 0.05)),
+            Figure("a_samples_per_s", "(a) DataLoader, 0 workers, affine", "samples_per_s"),
+            Figure("c_samples_per_s", "(c) device loader, affine", "samples_per_s"),
+            Figure("c_vs_bound", "(c) epoch / bare-step bound (d)", "ratio"),
+        ),
+        timeout_s=900,
+    ),
+    Item(
+        "resnet",
+        "ResNet-18 (source 003's small-image variant), CIFAR-sized, batch 512, bf16 + channels_last",
+        "dpstudy.gpucheck.items:run_resnet",
+        (
+            Figure(
+                "images_per_s", "training images/s (device loader, steady epochs)", "img_per_s", Target(">=", 40_000)
+            ),
+            Figure("mfu", "MFU (dense BF16 peak)", "share"),
+            Figure("achieved_tflops", "achieved FLOP/s (FLOPs per image x images/s)", "tflops"),
+            Figure("flops_per_image", "FLOPs per image, forward + backward", "flop"),
+            Figure("loss_finite", "training loss finite", "bool", Target("true", text="yes")),
+        ),
+        timeout_s=900,
+    ),
+    Item(
+        "grayscale",
+        "the extension's CUDA rgb_to_grayscale: achieved bandwidth vs the device's peak",
+        "dpstudy.gpucheck.items:run_grayscale",
+        (
+            Figure("fraction_of_peak", "extension bandwidth / peak memory bandwidth", "share", Target(">=", 0.5)),
+            Figure(
+                "correct",
+                "output equals dpstudy.ext.reference (poisoned output memory)",
+                "bool",
+                Target("true", text="yes"),
+            ),
+            Figure("bandwidth_bps", "extension achieved bandwidth", "bytes_per_s"),
+            Figure("median_ms", "extension median time per call", "ms"),
+            Figure("torchvision_bps", "torchvision rgb_to_grayscale (float), same batch", "bytes_per_s"),
+        ),
+        timeout_s=1500,
+    ),
+    Item(
+        "comm",
+        "NCCL and Gloo all-reduce on CUDA tensors",
+        "dpstudy.gpucheck.items:run_comm",
+        (
+            Figure("ran", "both backends ran without error", "bool", Target("true", text="yes")),
+            Figure("nccl_busbw_gbps", "NCCL bus bandwidth, largest size", "gb_per_s"),
+            Figure("nccl_latency_us", "NCCL latency, smallest size", "us"),
+            Figure("gloo_busbw_gbps", "Gloo bus bandwidth, largest size", "gb_per_s"),
+            Figure("gloo_latency_us", "Gloo latency, smallest size", "us"),
+        ),
+        timeout_s=900,
+    ),
 )
 
 NAMES: tuple[str, ...] = tuple(item.name for item in ITEMS)

@@ -9,6 +9,7 @@ in <out>/logs/<item>.log, its figures in <out>/raw/<item>.json; summary.md is th
 every raw file present, so the items can be run in several shorter runs (--only) and still make
 one summary. Exit status: 0 when every item run here met its targets, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,9 @@ def cuda_status() -> tuple[int, str]:
     with warnings.catch_warnings(record=True) as caught:  # e.g. "CUDA initialization: driver too old"
         warnings.simplefilter("always")
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    what = f"torch {torch.__version__}, " + (f"CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA")
+    what = f"torch {torch.__version__}, " + (
+        f"CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA"
+    )
     if caught:
         what += "; " + str(caught[0].message).strip().splitlines()[0]
     return count, what
@@ -58,23 +61,37 @@ def _duration(seconds: float) -> str:
 def run_item(name: str, out: Path, number: int, total: int) -> None:
     """Run one item in a child process: its output echoed and logged, a hang stopped at the item's
     timeout, and a raw record written for it whatever happens."""
-    from dpstudy.util.atomic import atomic_output, write_text
     from dpstudy.gpucheck import worker
+    from dpstudy.util.atomic import atomic_output, write_text
     from dpstudy.util.lifeline import child_dies_with_us
 
     item = BY_NAME[name]
     raw = out / "raw" / f"{name}.json"
     raw.unlink(missing_ok=True)  # an old result must not stand for this run
-    print(f"[gpu-check] {number}/{total} {name}: start: {item.title} (stopped after {_duration(item.timeout_s)})",
-          flush=True)
+    print(
+        f"[gpu-check] {number}/{total} {name}: start: {item.title} (stopped after {_duration(item.timeout_s)})",
+        flush=True,
+    )
     started, start = worker.now(), time.monotonic()
     command = [sys.executable, "-m", "dpstudy.gpucheck.worker", name, "--out", str(out)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     timed_out = threading.Event()
     with atomic_output(out / "logs" / f"{name}.log") as log_path, open(log_path, "w") as log:
-        child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, bufsize=1, start_new_session=True, preexec_fn=child_dies_with_us())
+        child = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            preexec_fn=child_dies_with_us(),
+        )
 
         def stop() -> None:
             timed_out.set()
@@ -94,18 +111,41 @@ def run_item(name: str, out: Path, number: int, total: int) -> None:
         finally:
             timer.cancel()
     if not raw.exists():
-        why = (f"stopped after its time limit of {_duration(item.timeout_s)}" if timed_out.is_set()
-               else f"its process ended with {_describe(code)} without a result")
-        write_text(raw, json.dumps({
-            "schema": worker.SCHEMA, "item": name, "title": item.title, "status": "error",
-            "error": f"{name} {why}; see logs/{name}.log", "started": started, "finished": worker.now(),
-            "duration_s": round(time.monotonic() - start, 2), "env": {}, "figures": {}, "details": {},
-            "notes": [], "params": {}, "files": [], "data": None}, indent=1) + "\n")
+        why = (
+            f"stopped after its time limit of {_duration(item.timeout_s)}"
+            if timed_out.is_set()
+            else f"its process ended with {_describe(code)} without a result"
+        )
+        write_text(
+            raw,
+            json.dumps(
+                {
+                    "schema": worker.SCHEMA,
+                    "item": name,
+                    "title": item.title,
+                    "status": "error",
+                    "error": f"{name} {why}; see logs/{name}.log",
+                    "started": started,
+                    "finished": worker.now(),
+                    "duration_s": round(time.monotonic() - start, 2),
+                    "env": {},
+                    "figures": {},
+                    "details": {},
+                    "notes": [],
+                    "params": {},
+                    "files": [],
+                    "data": None,
+                },
+                indent=1,
+            )
+            + "\n",
+        )
     from dpstudy.gpucheck import summary
 
     verdict = summary.evaluate(item, summary.read_raw(out).get(name))
-    print(f"[gpu-check] {number}/{total} {name}: {verdict.verdict} in {_duration(time.monotonic() - start)}",
-          flush=True)
+    print(
+        f"[gpu-check] {number}/{total} {name}: {verdict.verdict} in {_duration(time.monotonic() - start)}", flush=True
+    )
 
 
 def _stop_group(child: subprocess.Popen) -> None:
@@ -145,13 +185,21 @@ def print_table(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dpstudy.gpucheck", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m dpstudy.gpucheck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default results/gpu-check)")
-    parser.add_argument("--only", type=parse_only, default=list(NAMES),
-                        help=f"comma-separated items to run, of {','.join(NAMES)} (default: all, in that order)")
-    parser.add_argument("--summary-only", action="store_true",
-                        help="run nothing: rewrite summary.md from the raw files in --out (needs no GPU)")
+    parser.add_argument(
+        "--only",
+        type=parse_only,
+        default=list(NAMES),
+        help=f"comma-separated items to run, of {','.join(NAMES)} (default: all, in that order)",
+    )
+    parser.add_argument(
+        "--summary-only",
+        action="store_true",
+        help="run nothing: rewrite summary.md from the raw files in --out (needs no GPU)",
+    )
     args = parser.parse_args(argv)
     out = args.out.resolve()
     if not (REPO / "Snakefile").is_file() and not args.summary_only:
@@ -170,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     if gpus == 0:
         print(f"gpu-check: no CUDA GPU visible ({what}): nothing run", file=sys.stderr)
         return NO_GPU
-    print(f"[gpu-check] {gpus} CUDA GPU{'s' * (gpus > 1)} visible ({what}); items: {', '.join(args.only)}; "
-          f"output in {out}", flush=True)
+    print(
+        f"[gpu-check] {gpus} CUDA GPU{'s' * (gpus > 1)} visible ({what}); items: {', '.join(args.only)}; "
+        f"output in {out}",
+        flush=True,
+    )
     for number, name in enumerate(args.only, 1):
         run_item(name, out, number, len(args.only))
     from dpstudy.gpucheck import summary
@@ -179,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     path, verdicts = summary.write(out)
     print_table(path)
     status = summary.exit_status(verdicts, args.only)
-    print(f"gpu-check: {'all items run here met their targets' if status == 0 else 'a check failed'}; "
-          f"summary in {path}", flush=True)
+    print(
+        f"gpu-check: {'all items run here met their targets' if status == 0 else 'a check failed'}; summary in {path}",
+        flush=True,
+    )
     return status

@@ -12,6 +12,7 @@ results/tables (dpstudy.analysis.collect's columns):
 - every ok cell has NVML utilisation samples in util.csv;
 - results/report/report.html exists.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,17 @@ LEFT_OUT = re.compile(r"(\d+) cells need more GPUs than --resources gpu allows a
 
 
 def snakemake_command(visible: int, cores: int) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--cores", str(cores), "--resources", f"gpu={visible}",
-            "--config", "device=cuda"]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--cores",
+        str(cores),
+        "--resources",
+        f"gpu={visible}",
+        "--config",
+        "device=cuda",
+    ]
 
 
 def too_big_cells(visible: int, config_path: Path = REPO / "config" / "config.yaml") -> dict[str, int]:
@@ -96,15 +106,19 @@ def check_tables(cells, util, visible: int, too_big: dict[str, int], left_out: l
                 wrong.append(f"{cell}: {status}: {reason}")
         elif cell in left_out:
             accounted += 1
-            reasons.add("left out by Snakemake with its warning "
-                        "('... cells need more GPUs than --resources gpu allows and are left out: ...')")
+            reasons.add(
+                "left out by Snakemake with its warning "
+                "('... cells need more GPUs than --resources gpu allows and are left out: ...')"
+            )
         else:
             wrong.append(f"{cell}: neither recorded nor left out by Snakemake")
     figures["too_big_skipped"] = accounted == len(too_big)
     if too_big:
         needs = ", ".join(str(g) for g in sorted(set(too_big.values())))
-        details["too_big_skipped"] = (f"{accounted} of {len(too_big)} cells needing {needs} GPUs ({visible} visible): "
-                                      + "; ".join(sorted(reasons)))
+        details["too_big_skipped"] = (
+            f"{accounted} of {len(too_big)} cells needing {needs} GPUs ({visible} visible): "
+            + "; ".join(sorted(reasons))
+        )
     else:
         details["too_big_skipped"] = f"none: every cell fits the {visible} visible GPU{'s' * (visible != 1)}"
     notes += [f"too-big cell not skipped: {w}" for w in wrong[:8]]
@@ -117,8 +131,7 @@ def check_tables(cells, util, visible: int, too_big: dict[str, int], left_out: l
     figures["util_filled"] = len(ok) > 0 and len(with_samples) == len(ok)
     detail = f"{len(with_samples)} of {len(ok)} ok cells have NVML samples"
     if len(sampled):
-        detail += (f" ({len(sampled):,} samples, median GPU utilisation "
-                   f"{float(sampled['gpu_util'].median()):.0f} %)")
+        detail += f" ({len(sampled):,} samples, median GPU utilisation {float(sampled['gpu_util'].median()):.0f} %)"
     details["util_filled"] = detail
     lacking = [c for c in ok if c not in per_cell]
     if lacking:
@@ -142,13 +155,17 @@ def run_study(out: Path) -> dict:
     cores = len(os.sched_getaffinity(0))
     command = snakemake_command(visible, cores)
     # The rules run `python ...`: the interpreter running this must be the one they find first.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+    }
     print("[gpu-check] " + " ".join(command), flush=True)
     started = time.time()
     lines: list[str] = []
-    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          bufsize=1) as proc:
+    with subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
         for line in proc.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
@@ -157,8 +174,9 @@ def run_study(out: Path) -> dict:
     too_big = too_big_cells(visible)
     cells_csv, util_csv = TABLES / "cells.csv", TABLES / "util.csv"
     if not cells_csv.exists():
-        raise RuntimeError(f"Snakemake ended (exit status {proc.returncode}) without {cells_csv.relative_to(REPO)}; "
-                           "see the log above")
+        raise RuntimeError(
+            f"Snakemake ended (exit status {proc.returncode}) without {cells_csv.relative_to(REPO)}; see the log above"
+        )
     cells = pd.read_csv(cells_csv)
     util = pd.read_csv(util_csv) if util_csv.exists() else pd.DataFrame(columns=["cell", "device", "t", "gpu_util"])
     left_out = left_out_cells(lines)
@@ -170,7 +188,9 @@ def run_study(out: Path) -> dict:
     figures["report_html"] = html_ok
     if html_ok:
         fresh = REPORT.stat().st_mtime >= started
-        details["report_html"] = f"{REPORT.stat().st_size / 2**20:.1f} MiB, {'made by this run' if fresh else 'up to date, not remade'}"
+        details["report_html"] = (
+            f"{REPORT.stat().st_size / 2**20:.1f} MiB, {'made by this run' if fresh else 'up to date, not remade'}"
+        )
     else:
         details["report_html"] = "missing: see the report rule's log, results/logs/report.log"
     figures["wall_s"] = wall
@@ -181,6 +201,11 @@ def run_study(out: Path) -> dict:
     for name in ("cells.csv", "settings.csv", "util.csv"):
         if _copy(TABLES / name, out / "raw" / name):
             files.append(f"raw/{name}")
-    return {"figures": figures, "details": details, "notes": notes, "files": files,
-            "params": {"command": command[1:], "visible_gpus": visible, "cores": cores},
-            "data": {"too_big": too_big, "left_out": left_out}}
+    return {
+        "figures": figures,
+        "details": details,
+        "notes": notes,
+        "files": files,
+        "params": {"command": command[1:], "visible_gpus": visible, "cores": cores},
+        "data": {"too_big": too_big, "left_out": left_out},
+    }

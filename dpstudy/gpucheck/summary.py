@@ -5,14 +5,15 @@ same raw files always give the same summary, and the tests check it on recorded 
 (tests/data/gpucheck/). An item without a raw file reads "not run"; an item whose process failed
 reads FAIL with its error.
 """
+
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpstudy.util.atomic import write_text
 from dpstudy.gpucheck.registry import FORMATS, ITEMS, NAMES, Figure, Item
+from dpstudy.util.atomic import write_text
 
 PASS, FAIL, NOT_RUN, NO_TARGET = "PASS", "FAIL", "not run", "no target"
 
@@ -50,8 +51,9 @@ def read_raw(out: str | Path) -> dict[str, dict]:
 def list_files(out: str | Path) -> list[str]:
     """The raw files and logs under `out`, relative to it (temporary files left out)."""
     out = Path(out)
-    found = [p for folder in ("raw", "logs") for p in (out / folder).rglob("*")
-             if p.is_file() and not p.name.startswith(".")]
+    found = [
+        p for folder in ("raw", "logs") for p in (out / folder).rglob("*") if p.is_file() and not p.name.startswith(".")
+    ]
     return sorted(str(p.relative_to(out)) for p in found)
 
 
@@ -105,8 +107,12 @@ def _env(raws: dict[str, dict]) -> dict:
 
 
 def _identity(env: dict) -> tuple:
-    return (env.get("hostname"), env.get("torch"), env.get("driver"),
-            tuple(d.get("name") for d in env.get("devices") or []))
+    return (
+        env.get("hostname"),
+        env.get("torch"),
+        env.get("driver"),
+        tuple(d.get("name") for d in env.get("devices") or []),
+    )
 
 
 def _span(first: str, last: str) -> str:
@@ -127,14 +133,21 @@ def header(raws: dict[str, dict]) -> list[str]:
     when = _span(times[0], times[-1]) if times else "nothing measured yet"
     devices = env.get("devices") or []
     names = sorted({d["name"] for d in devices})
-    device = (f"{len(devices)} x {', '.join(names)} ("
-              + ", ".join(f"sm_{d['capability'].replace('.', '')}, {d['memory_gib']} GiB" for d in devices[:1]) + ")"
-              if devices else "none recorded")
+    device = (
+        f"{len(devices)} x {', '.join(names)} ("
+        + ", ".join(f"sm_{d['capability'].replace('.', '')}, {d['memory_gib']} GiB" for d in devices[:1])
+        + ")"
+        if devices
+        else "none recorded"
+    )
     code = env.get("code_version") or {}
     lines = [
-        "# make gpu-check", "",
-        f"Measured {when}.", "",
-        "| | |", "|---|---|",
+        "# make gpu-check",
+        "",
+        f"Measured {when}.",
+        "",
+        "| | |",
+        "|---|---|",
         f"| host | {env.get('hostname', '—')} |",
         f"| GPUs | {device} |",
         f"| driver | {env.get('driver') or '—'} |",
@@ -146,8 +159,11 @@ def header(raws: dict[str, dict]) -> list[str]:
     ]
     others = sorted(name for name, r in raws.items() if r.get("env") and _identity(r["env"]) != _identity(env))
     if others:
-        lines += ["", f"**Measured elsewhere:** {', '.join(others)} ran on another host, torch, driver or GPU "
-                      "than the header's; their raw files say where."]
+        lines += [
+            "",
+            f"**Measured elsewhere:** {', '.join(others)} ran on another host, torch, driver or GPU "
+            "than the header's; their raw files say where.",
+        ]
     return lines
 
 
@@ -157,9 +173,12 @@ def render(raws: dict[str, dict], files: list[str]) -> str:
     count = {v: sum(1 for x in verdicts if x.verdict == v) for v in (PASS, FAIL, NOT_RUN)}
     overall = FAIL if count[FAIL] else PASS if count[PASS] else NOT_RUN
     lines = header(raws) + [
-        "", f"**Result: {overall}**: {count[PASS]} passed, {count[FAIL]} failed, {count[NOT_RUN]} not run "
-            f"(exit status {exit_status(verdicts)} for the items run).", "",
-        "| item | figure | measured | target | verdict |", "|---|---|---|---|---|",
+        "",
+        f"**Result: {overall}**: {count[PASS]} passed, {count[FAIL]} failed, {count[NOT_RUN]} not run "
+        f"(exit status {exit_status(verdicts)} for the items run).",
+        "",
+        "| item | figure | measured | target | verdict |",
+        "|---|---|---|---|---|",
     ]
     for number, (item, verdict) in enumerate(zip(ITEMS, verdicts), 1):
         for row in verdict.rows:

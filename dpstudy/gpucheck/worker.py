@@ -8,6 +8,7 @@ a hung collective the runner has to kill) costs that item only, and stopping the
 the item with everything it started. Whatever happens inside the item, the raw file records it: status "ok" with
 the figures, or "error" with the exception.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,8 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dpstudy.util.atomic import write_text
 from dpstudy.gpucheck.registry import BY_NAME, NAMES
+from dpstudy.util.atomic import write_text
 
 SCHEMA = "dpstudy.gpucheck-raw/1"
 
@@ -41,14 +42,26 @@ def environment() -> dict:
         from dpstudy.record import envinfo
         from dpstudy.record.provenance import code_version
 
-        env.update(torch=torch.__version__, torch_file=torch.__file__, cuda=torch.version.cuda,
-                   cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-                   nccl=envinfo.nccl_version(), driver=envinfo.driver_version(), code_version=code_version())
+        env.update(
+            torch=torch.__version__,
+            torch_file=torch.__file__,
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            nccl=envinfo.nccl_version(),
+            driver=envinfo.driver_version(),
+            code_version=code_version(),
+        )
         devices = []
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
-            devices.append({"index": i, "name": props.name, "capability": f"{props.major}.{props.minor}",
-                            "memory_gib": round(props.total_memory / 2**30, 1)})
+            devices.append(
+                {
+                    "index": i,
+                    "name": props.name,
+                    "capability": f"{props.major}.{props.minor}",
+                    "memory_gib": round(props.total_memory / 2**30, 1),
+                }
+            )
         env["devices"] = devices
     except Exception as error:  # after a sticky CUDA error the item's own record still matters more
         env["error"] = f"{type(error).__name__}: {error}"
@@ -75,11 +88,26 @@ def run(name: str, out: Path) -> int:
         result, status = {}, "error"
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip() or type(exc).__name__
     raw = {
-        "schema": SCHEMA, "item": name, "title": item.title, "status": status, "error": error,
-        "started": started, "finished": now(), "duration_s": round(time.perf_counter() - start, 2),
+        "schema": SCHEMA,
+        "item": name,
+        "title": item.title,
+        "status": status,
+        "error": error,
+        "started": started,
+        "finished": now(),
+        "duration_s": round(time.perf_counter() - start, 2),
         "env": environment(),
-        **{key: result.get(key, default) for key, default in
-           (("figures", {}), ("details", {}), ("notes", []), ("params", {}), ("files", []), ("data", None))},
+        **{
+            key: result.get(key, default)
+            for key, default in (
+                ("figures", {}),
+                ("details", {}),
+                ("notes", []),
+                ("params", {}),
+                ("files", []),
+                ("data", None),
+            )
+        },
     }
     write_text(out / "raw" / f"{name}.json", json.dumps(raw, indent=1, default=_plain) + "\n")
     return 0 if status == "ok" else 1

@@ -11,6 +11,7 @@ use the GPUs other jobs reserved. `job_environment` is that policy, stated once;
 launcher (dpstudy.jobs.launch) follows it too.
 Reading the GPU count uses NVML, not torch, so taking a slot costs milliseconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,9 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from dpstudy.util import nvml
 from dpstudy.util.lifeline import child_dies_with_us
@@ -46,8 +47,9 @@ def try_lock(path: Path):
 
 
 @contextmanager
-def acquire(n: int, total: int, pool: Path = DEFAULT_POOL, timeout_s: float = 86400,
-            poll_s: float = 0.5) -> Iterator[list[int]]:
+def acquire(
+    n: int, total: int, pool: Path = DEFAULT_POOL, timeout_s: float = 86400, poll_s: float = 0.5
+) -> Iterator[list[int]]:
     """Hold n of the `total` slots (GPU indices) until the block ends; waits while they are busy."""
     if n > total:
         raise ValueError(f"{n} GPUs requested but the pool has {total}")
@@ -76,8 +78,9 @@ def acquire(n: int, total: int, pool: Path = DEFAULT_POOL, timeout_s: float = 86
 
 
 @contextmanager
-def job_environment(gpus: int, pool: Path = DEFAULT_POOL,
-                    say: Callable[[str], object] = lambda _message: None) -> Iterator[dict[str, str]]:
+def job_environment(
+    gpus: int, pool: Path = DEFAULT_POOL, say: Callable[[str], object] = lambda _message: None
+) -> Iterator[dict[str, str]]:
     """The environment of a job that reserved `gpus` GPUs per node on this machine, for as long as
     the block runs: the one statement of which GPUs a job may see.
 
@@ -105,8 +108,9 @@ def job_environment(gpus: int, pool: Path = DEFAULT_POOL,
 
 def run(command: list[str], n: int, pool: Path = DEFAULT_POOL) -> int:
     """Run `command` as a job that reserved `n` GPUs (job_environment); its exit status."""
-    with job_environment(n, pool, say=lambda message: print(f"[dpstudy] {message}", file=sys.stderr,
-                                                            flush=True)) as env:
+    with job_environment(
+        n, pool, say=lambda message: print(f"[dpstudy] {message}", file=sys.stderr, flush=True)
+    ) as env:
         child = subprocess.Popen(command, env=env, preexec_fn=child_dies_with_us())
         # Pass termination on, so cancelling the job stops what it started.
         for sig in (signal.SIGTERM, signal.SIGINT):

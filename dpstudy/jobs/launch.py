@@ -20,6 +20,7 @@ The train rule execs this (G and C per node). It
   writes a failed record with SLURM's reason instead of training again (the cluster profiles
   set `retries: 1` for this). A cancelled previous attempt ends the job without a record.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,21 +32,20 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from dpstudy.jobs import gpus as gpu_pool
-
-from dpstudy.record import fields as record
-
 from dpstudy.jobs import slurm
-from dpstudy.util.atomic import write_json
+from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
-from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
-from dpstudy.util.ports import free_port
 from dpstudy.study.resources import processes_per_node
 from dpstudy.study.spec import hardware_gap
+from dpstudy.util.atomic import write_json
+from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
+from dpstudy.util.ports import free_port
 
 # The ranks run the engine as a module, so an installed (not editable) dpstudy works too.
 TRAIN_MODULE = ("-m", "dpstudy.engine")
@@ -66,17 +66,37 @@ def torchrun() -> list[str]:
 
 def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:
     """The command line that runs the cell's processes (see the module's docstring)."""
-    train = [*TRAIN_MODULE, "--spec", json.dumps(spec, sort_keys=True), "--out", str(out), "--cell", cell,
-             "--cores", str(cores)]
+    train = [
+        *TRAIN_MODULE,
+        "--spec",
+        json.dumps(spec, sort_keys=True),
+        "--out",
+        str(out),
+        "--cell",
+        cell,
+        "--cores",
+        str(cores),
+    ]
     nodes, gpus = spec["nodes"], spec["gpus"]
     if spec["mode"] != "ddp" or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
         return [sys.executable, *train]
     if nodes == 1:
         return [*torchrun(), "--standalone", f"--nproc-per-node={gpus}", *train]
-    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cores}",
-            "--kill-on-bad-exit=1", *torchrun(), f"--nnodes={nodes}", f"--nproc-per-node={gpus}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={allocation.head}:{free_port()}",
-            f"--rdzv-id={allocation.job_id}", *train]
+    return [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={cores}",
+        "--kill-on-bad-exit=1",
+        *torchrun(),
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={gpus}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={allocation.head}:{free_port()}",
+        f"--rdzv-id={allocation.job_id}",
+        *train,
+    ]
 
 
 def describe_exit(code: int) -> str:
@@ -130,15 +150,22 @@ class Launcher:
         allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
         argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
         with gpu_pool.job_environment(self.args.gpus, say=self.say) as env:
-            write_json(self.out / ATTEMPT_FILE, {
-                "attempt": self.args.attempt, "host": socket.gethostname(),
-                "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "scheduler": "slurm" if job else "local", "job_id": job,
-                "stdout": slurm.stdout_path(job) if job else None,
-                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")})
+            write_json(
+                self.out / ATTEMPT_FILE,
+                {
+                    "attempt": self.args.attempt,
+                    "host": socket.gethostname(),
+                    "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "scheduler": "slurm" if job else "local",
+                    "job_id": job,
+                    "stdout": slurm.stdout_path(job) if job else None,
+                    "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+                },
+            )
             self.say(f"running: {' '.join(argv[:12])}{' ...' if len(argv) > 12 else ''}")
-            self.child = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                          preexec_fn=child_dies_with_us(signal.SIGTERM))
+            self.child = subprocess.Popen(
+                argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=child_dies_with_us(signal.SIGTERM)
+            )
             code = self.child.wait()
         if self.stopped_by is not None:
             return self.finish_stopped()
@@ -178,8 +205,10 @@ class Launcher:
         self.say(f"cell {status}: {reason}")
         nodes = self.spec["nodes"]
         env = fallback_environment(processes_per_node(self.spec) * nodes, nodes)
-        record.write(self.record_path, record.make(self.args.cell, status, reason, self.spec, env,
-                                                   summary={"total_s": time.time() - self.t0}))
+        record.write(
+            self.record_path,
+            record.make(self.args.cell, status, reason, self.spec, env, summary={"total_s": time.time() - self.t0}),
+        )
 
     # ---- retries ----------------------------------------------------------------------------
 
@@ -228,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent(signal.SIGTERM, PARENT)  # Snakemake killed: stop (and take the child along)
     with open_log(args.log, args.attempt) as log:
         launcher = Launcher(args, log)
-        launcher.say(f"cell {args.cell}, attempt {args.attempt}, on {socket.gethostname()}"
-                     + (f", SLURM job {slurm.job_id()}" if slurm.job_id() else ""))
+        launcher.say(
+            f"cell {args.cell}, attempt {args.attempt}, on {socket.gethostname()}"
+            + (f", SLURM job {slurm.job_id()}" if slurm.job_id() else "")
+        )
         return launcher.run()
 
 

@@ -10,6 +10,7 @@ A job's request comes from the resources in its job script, the names the SLURM 
 node), runtime (minutes), nodes; queue and account from `--default-resources queue=... account=...`.
 SLURM is here so that this path runs in the tests against a real scheduler.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,10 +55,17 @@ def request_of(properties: dict, log_dir: str = ".snakemake/cluster_logs") -> Re
     cpus = res.get("cpus_per_task") or (res.get("cpus_per_gpu", 0) * gpus) or properties.get("threads", 1)
     wildcards = "_".join(f"{v}" for v in properties.get("wildcards", {}).values())
     name = "dpstudy." + properties.get("rule", "job") + (f".{wildcards}" if wildcards else "")
-    return Request(name=name[:100], nodes=int(res.get("nodes", 1)), cpus=int(cpus), gpus=gpus,
-                   mem_mb=int(res.get("mem_mb", 1000)), runtime_min=int(res.get("runtime", 60)),
-                   queue=res.get("queue"), account=res.get("account"),
-                   log=f"{log_dir}/{name[:100]}.%j.log")
+    return Request(
+        name=name[:100],
+        nodes=int(res.get("nodes", 1)),
+        cpus=int(cpus),
+        gpus=gpus,
+        mem_mb=int(res.get("mem_mb", 1000)),
+        runtime_min=int(res.get("runtime", 60)),
+        queue=res.get("queue"),
+        account=res.get("account"),
+        log=f"{log_dir}/{name[:100]}.%j.log",
+    )
 
 
 def hms(minutes: int) -> str:
@@ -89,19 +97,68 @@ def request_flags(scheduler: str, r: Request) -> list[str]:
     mem_per_cpu = max(1, r.mem_mb // max(r.cpus, 1))
     if scheduler == "pbs":  # PBS Pro / OpenPBS select syntax
         chunk = f"select={r.nodes}:ncpus={r.cpus}:mem={r.mem_mb}mb" + (f":ngpus={r.gpus}" if r.gpus else "")
-        return ["qsub", "-N", r.name[:15], "-l", chunk, "-l", f"walltime={hms(r.runtime_min)}", "-j", "oe",
-                "-o", str(Path(log).parent) + "/", "-V"]
+        return [
+            "qsub",
+            "-N",
+            r.name[:15],
+            "-l",
+            chunk,
+            "-l",
+            f"walltime={hms(r.runtime_min)}",
+            "-j",
+            "oe",
+            "-o",
+            str(Path(log).parent) + "/",
+            "-V",
+        ]
     if scheduler == "sge":  # h_vmem is per slot
         limits = f"h_rt={hms(r.runtime_min)},h_vmem={mem_per_cpu}M" + (f",gpu={r.gpus}" if r.gpus else "")
-        return ["qsub", "-terse", "-cwd", "-V", "-N", r.name, "-pe", "smp", str(r.cpus), "-l", limits, "-j", "y",
-                "-o", log]
+        return [
+            "qsub",
+            "-terse",
+            "-cwd",
+            "-V",
+            "-N",
+            r.name,
+            "-pe",
+            "smp",
+            str(r.cpus),
+            "-l",
+            limits,
+            "-j",
+            "y",
+            "-o",
+            log,
+        ]
     if scheduler == "lsf":  # rusage mem is per slot, in MB (LSF_UNIT_FOR_LIMITS=MB)
-        return ["bsub", "-J", r.name, "-n", str(r.cpus * r.nodes), "-R",
-                f"span[ptile={r.cpus}] rusage[mem={mem_per_cpu}]", "-W", str(r.runtime_min), "-o", log,
-                *(["-gpu", f"num={r.gpus}"] if r.gpus else [])]
-    return ["sbatch", "--parsable", "-J", r.name, f"--nodes={r.nodes}", "--ntasks-per-node=1",
-            f"--cpus-per-task={r.cpus}", f"--mem={r.mem_mb}", f"--time={r.runtime_min}", "-o", log,
-            *([f"--gres=gpu:{r.gpus}"] if r.gpus else [])]
+        return [
+            "bsub",
+            "-J",
+            r.name,
+            "-n",
+            str(r.cpus * r.nodes),
+            "-R",
+            f"span[ptile={r.cpus}] rusage[mem={mem_per_cpu}]",
+            "-W",
+            str(r.runtime_min),
+            "-o",
+            log,
+            *(["-gpu", f"num={r.gpus}"] if r.gpus else []),
+        ]
+    return [
+        "sbatch",
+        "--parsable",
+        "-J",
+        r.name,
+        f"--nodes={r.nodes}",
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={r.cpus}",
+        f"--mem={r.mem_mb}",
+        f"--time={r.runtime_min}",
+        "-o",
+        log,
+        *([f"--gres=gpu:{r.gpus}"] if r.gpus else []),
+    ]
 
 
 def parse_job_id(scheduler: str, out: str) -> str:
@@ -134,8 +191,11 @@ def status_of(scheduler: str, job: str, run=None) -> str:
     if scheduler == "lsf":
         state = (run("bjobs", "-noheader", "-o", "stat", job) or "").strip()
         return {"DONE": SUCCESS, "EXIT": FAILED}.get(state, RUNNING)
-    out = run("sacct", "-j", job, "-X", "-n", "-P", "-o", "State") or run(
-        "squeue", "--states=all", "-h", "-o", "%T", "-j", job) or ""
+    out = (
+        run("sacct", "-j", job, "-X", "-n", "-P", "-o", "State")
+        or run("squeue", "--states=all", "-h", "-o", "%T", "-j", job)
+        or ""
+    )
     state = out.strip().split()[0] if out.strip() else "PENDING"
     if state == "COMPLETED":
         return SUCCESS

@@ -4,6 +4,7 @@ The launcher asks these questions from inside a job (SLURM_JOB_ID set), with SLU
 tools. sacct needs the accounting database; where there is none (or a job aged out of it),
 scontrol answers from the controller, and the job's output file holds slurmstepd's messages.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ from dpstudy.util.proc import output_of
 
 # slurmstepd's words when it stops a job for its limits (cgroup and jobacct_gather alike)
 TIME_LIMIT = re.compile(r"DUE TO TIME LIMIT", re.IGNORECASE)
-MEMORY_LIMIT = re.compile(r"^.*(exceeded (job )?memory limit|oom[-_ ]kill|out of memory).*$",
-                          re.IGNORECASE | re.MULTILINE)
+MEMORY_LIMIT = re.compile(
+    r"^.*(exceeded (job )?memory limit|oom[-_ ]kill|out of memory).*$", re.IGNORECASE | re.MULTILINE
+)
 USED_OVER_LIMIT = re.compile(r"\(\d+ > \d+\)")
 _KEY_VALUE = re.compile(r"(\w[\w:/]*)=(.*?)(?=\s+\w[\w:/]*=|$)")
 
@@ -70,8 +72,12 @@ def job_state(job: str) -> dict[str, str]:
         state, reason, elapsed, limit = out.strip().splitlines()[0].split("|")[:4]
         return {"state": state, "reason": reason, "elapsed": elapsed, "limit": limit}
     info = scontrol("job", job)
-    return {"state": info.get("JobState", ""), "reason": info.get("Reason", ""),
-            "elapsed": info.get("RunTime", ""), "limit": info.get("TimeLimit", "")}
+    return {
+        "state": info.get("JobState", ""),
+        "reason": info.get("Reason", ""),
+        "elapsed": info.get("RunTime", ""),
+        "limit": info.get("TimeLimit", ""),
+    }
 
 
 def memory_line(text: str) -> str | None:

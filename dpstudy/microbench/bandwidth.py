@@ -6,6 +6,7 @@ the call on the current stream (host timers on CPU), after warm-up runs; the med
 The output is checked against dpstudy.ext.reference after the memory it will occupy was filled
 with a poison value, so a kernel that skips pixels cannot pass on stale results.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -67,10 +68,14 @@ def check_output(op: Callable, images: torch.Tensor) -> dict:
     flat_in, flat_out = images.reshape(-1, *images.shape[-3:]), out.reshape(-1, *out.shape[-3:])
     mismatched = 0
     for start in range(0, len(flat_in), CHECK_CHUNK):
-        expected = reference.rgb_to_grayscale(flat_in[start:start + CHECK_CHUNK])
-        mismatched += int((flat_out[start:start + CHECK_CHUNK] != expected).sum())
-    return {"correct": mismatched == 0, "mismatched_pixels": mismatched, "poison_reused": reused,
-            "shape_ok": tuple(out.shape) == out_shape and out.dtype == torch.uint8}
+        expected = reference.rgb_to_grayscale(flat_in[start : start + CHECK_CHUNK])
+        mismatched += int((flat_out[start : start + CHECK_CHUNK] != expected).sum())
+    return {
+        "correct": mismatched == 0,
+        "mismatched_pixels": mismatched,
+        "poison_reused": reused,
+        "shape_ok": tuple(out.shape) == out_shape and out.dtype == torch.uint8,
+    }
 
 
 def measure(op: Callable, images: torch.Tensor, warmup: int = 10, runs: int = 100) -> dict:
@@ -78,12 +83,27 @@ def measure(op: Callable, images: torch.Tensor, warmup: int = 10, runs: int = 10
     times = time_calls(lambda: op(images), images.device, warmup, runs)
     median = statistics.median(times)
     moved = grayscale_bytes(tuple(images.shape))
-    return {"bytes": moved, "runs": runs, "warmup": warmup, "median_s": median, "min_s": min(times),
-            "max_s": max(times), "bandwidth_bps": moved / median}
+    return {
+        "bytes": moved,
+        "runs": runs,
+        "warmup": warmup,
+        "median_s": median,
+        "min_s": min(times),
+        "max_s": max(times),
+        "bandwidth_bps": moved / median,
+    }
 
 
-def grayscale(op: Callable, device: str | torch.device = "cuda", shape: tuple[int, ...] = SHAPE, warmup: int = 10,
-              runs: int = 100, peak_bps: float | None = None, torchvision: bool = True, seed: int = 0) -> dict:
+def grayscale(
+    op: Callable,
+    device: str | torch.device = "cuda",
+    shape: tuple[int, ...] = SHAPE,
+    warmup: int = 10,
+    runs: int = 100,
+    peak_bps: float | None = None,
+    torchvision: bool = True,
+    seed: int = 0,
+) -> dict:
     """The extension's rgb_to_grayscale (`op`) on a random uint8 batch of `shape` on `device`:
     correctness (check_output), its bandwidth and, for context, torchvision's (float weights,
     truncating; several passes over float temporaries) on the same batch. With `peak_bps`, each
@@ -91,8 +111,12 @@ def grayscale(op: Callable, device: str | torch.device = "cuda", shape: tuple[in
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(seed)
     images = torch.randint(0, 256, shape, dtype=torch.uint8, device=device, generator=generator)
-    result = {"shape": list(shape), "device": str(device), "check": check_output(op, images),
-              "extension": measure(op, images, warmup, runs)}
+    result = {
+        "shape": list(shape),
+        "device": str(device),
+        "check": check_output(op, images),
+        "extension": measure(op, images, warmup, runs),
+    }
     if torchvision:
         from torchvision.transforms.v2.functional import rgb_to_grayscale as tv_gray
 

@@ -5,6 +5,7 @@ a ring, comparable across world sizes). Each size: warm-up iterations, then per 
 barrier, synchronize, all_reduce, synchronize; the slowest rank's time counts, and the median
 over iterations is reported. Combinations that cannot run here keep their rows with a `reason`.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,19 @@ import torch.multiprocessing as mp
 
 from dpstudy.engine.parallel import destroy_process_group
 
-COLUMNS = ["backend", "device", "world_size", "bytes", "size", "dtype", "iters", "median_s", "algbw_gbps",
-           "busbw_gbps", "reason"]
+COLUMNS = [
+    "backend",
+    "device",
+    "world_size",
+    "bytes",
+    "size",
+    "dtype",
+    "iters",
+    "median_s",
+    "algbw_gbps",
+    "busbw_gbps",
+    "reason",
+]
 SIZES = [4096 * 4**k for k in range(9)]  # 4 KiB .. 256 MiB
 QUICK_MAX = 4 << 20
 COMBOS = (("gloo", "cpu"), ("gloo", "cuda"), ("nccl", "cuda"))
@@ -75,8 +87,9 @@ def _time_size(nbytes: int, device: torch.device, backend: str, quick: bool) -> 
 def _worker(rank: int, world_size: int, store: str, combos: list, sizes: list[int], quick: bool, out: str) -> None:
     rows = []
     for backend, device_type in combos:
-        dist.init_process_group(backend, init_method=f"file://{store}.{backend}.{device_type}", rank=rank,
-                                world_size=world_size)
+        dist.init_process_group(
+            backend, init_method=f"file://{store}.{backend}.{device_type}", rank=rank, world_size=world_size
+        )
         device = torch.device("cpu")
         if device_type == "cuda":
             device = torch.device("cuda", rank % torch.cuda.device_count())
@@ -95,11 +108,19 @@ def run(quick: bool = False, world_size: int = 2, combos=COMBOS) -> pd.DataFrame
     runnable = [c for c in combos if reason(*c, world_size) is None]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "rows.json")
-        mp.start_processes(_worker, args=(world_size, str(Path(tmp, "store")), runnable, sizes, quick, str(out)),
-                           nprocs=world_size, start_method="spawn")
+        mp.start_processes(
+            _worker,
+            args=(world_size, str(Path(tmp, "store")), runnable, sizes, quick, str(out)),
+            nprocs=world_size,
+            start_method="spawn",
+        )
         measured = json.loads(out.read_text())
-    skipped = [{"backend": b, "device": d, "bytes": n, "reason": reason(b, d, world_size)}
-               for b, d in combos if (b, d) not in runnable for n in sizes]
+    skipped = [
+        {"backend": b, "device": d, "bytes": n, "reason": reason(b, d, world_size)}
+        for b, d in combos
+        if (b, d) not in runnable
+        for n in sizes
+    ]
     df = pd.DataFrame(measured + skipped, columns=COLUMNS)
     df["world_size"], df["dtype"], df["iters"] = world_size, "float32", df.iters.astype("Int64")
     df["size"] = df["bytes"].map(size_label)

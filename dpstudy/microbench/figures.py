@@ -1,5 +1,6 @@
 """Figures of the benchmark tables: one seaborn figure-level call each, long-format data, log
 scales; rows that could not run are named in the title instead of silently missing."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,13 +32,29 @@ def kernels_figure(csv: str | Path, png: str | Path) -> None:
     ran["case"] = ran.op + "\n" + ran["shape"]
     # Dots, not bars: the times span six decades and a bar from zero has no log-scale length.
     # One shared time axis, so panels compare at a glance.
-    grid = sns.catplot(data=ran, kind="strip", x="median_s", y="impl", hue="device", col="case", col_wrap=3,
-                       order=list(dict.fromkeys(ran.impl)), jitter=False, size=8, log_scale=(True, False),
-                       height=2.2, aspect=1.8)
+    grid = sns.catplot(
+        data=ran,
+        kind="strip",
+        x="median_s",
+        y="impl",
+        hue="device",
+        col="case",
+        col_wrap=3,
+        order=list(dict.fromkeys(ran.impl)),
+        jitter=False,
+        size=8,
+        log_scale=(True, False),
+        height=2.2,
+        aspect=1.8,
+    )
     grid.set_axis_labels("median time per call (s)", "")
     grid.set_titles("{col_name}")
-    grid.figure.suptitle(f"Kernels: extension vs Python loop vs PyTorch{_not_run(df, ['impl', 'device'])}", y=1.0,
-                         va="bottom", parse_math=False)  # reasons are text, not mathtext
+    grid.figure.suptitle(
+        f"Kernels: extension vs Python loop vs PyTorch{_not_run(df, ['impl', 'device'])}",
+        y=1.0,
+        va="bottom",
+        parse_math=False,
+    )  # reasons are text, not mathtext
     _save(grid, png)
 
 
@@ -45,11 +62,24 @@ def comm_figure(csv: str | Path, png: str | Path) -> None:
     """all_reduce bus bandwidth against message size, per backend and device."""
     df = pd.read_csv(csv)
     ran = df[df.reason.isna()]
-    grid = sns.relplot(data=ran, kind="line", x="bytes", y="busbw_gbps", hue="backend", style="device",
-                       markers=True, height=3.5, aspect=1.5)
+    grid = sns.relplot(
+        data=ran,
+        kind="line",
+        x="bytes",
+        y="busbw_gbps",
+        hue="backend",
+        style="device",
+        markers=True,
+        height=3.5,
+        aspect=1.5,
+    )
     grid.set(xscale="log", yscale="log")
     grid.set_axis_labels("message size (bytes)", "bus bandwidth (GB/s)")
     world = int(df.world_size.iloc[0])
-    grid.figure.suptitle(f"all_reduce across {world} processes{_not_run(df, ['backend', 'device'])}", y=1.0,
-                         va="bottom", parse_math=False)  # reasons are text, not mathtext
+    grid.figure.suptitle(
+        f"all_reduce across {world} processes{_not_run(df, ['backend', 'device'])}",
+        y=1.0,
+        va="bottom",
+        parse_math=False,
+    )  # reasons are text, not mathtext
     _save(grid, png)

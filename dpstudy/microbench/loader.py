@@ -9,6 +9,7 @@ benchmarks/loader.py prints the table; `make gpu-check` (dpstudy.gpucheck) runs 
 on CUDA. Targets: on the 2-core CPU (c) >= 2.5x faster than (a) and within 1.15x of (d); on a
 GPU (c) >= 20x faster than (a) with data wait under 5 % of its epoch.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -19,11 +20,10 @@ from collections.abc import Iterable
 import torch
 
 from dpstudy import models
-
 from dpstudy.data import store as data
 from dpstudy.engine.parallel import plan
-from dpstudy.study.spec import complete
 from dpstudy.engine.train import Trainer, load_datasets
+from dpstudy.study.spec import complete
 
 VARIANTS = {
     "a": ("torch, 0 workers, affine", {"loader": "torch", "workers": 0, "augment": "affine"}),
@@ -35,8 +35,17 @@ BATCH = 64
 
 
 def _spec(root: str, device: str, **settings) -> dict:
-    return complete({"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": BATCH, "data_root": root,
-                     "device": device, **settings})
+    return complete(
+        {
+            "dataset": "synthetic",
+            "model": "lenet",
+            "mode": "single",
+            "batch": BATCH,
+            "data_root": root,
+            "device": device,
+            **settings,
+        }
+    )
 
 
 def steady_epoch(settings: dict, root: str, device: str) -> dict:
@@ -78,8 +87,13 @@ def _median_run(epochs: list[dict]) -> dict:
     return min(epochs, key=lambda e: abs(e["wall_s"] - median))
 
 
-def run(device: str = "auto", keys: Iterable[str] = ("a", "b", "c", "d"), repeats: int = 3, root: str | None = None,
-        train_size: int | None = None) -> dict[str, dict]:
+def run(
+    device: str = "auto",
+    keys: Iterable[str] = ("a", "b", "c", "d"),
+    repeats: int = 3,
+    root: str | None = None,
+    train_size: int | None = None,
+) -> dict[str, dict]:
     """{run key: its steady epoch} for the runs in `keys`. (a) and (b) run once; (c) and (d) are
     close, so machine noise matters: they alternate `repeats` times and the median run is kept.
     `root` holds the prepared synthetic dataset (a temporary folder by default, 10,000 samples or
@@ -109,6 +123,8 @@ def table(results: dict[str, dict]) -> list[str]:
     """The markdown table of the runs, each against (a)."""
     lines = ["| run | loader | epoch s | samples/s | data wait | vs (a) |", "|---|---|---|---|---|---|"]
     for key, r in results.items():
-        lines.append(f"| ({key}) | {NAMES[key]} | {r['wall_s']:.2f} | {r['samples_per_s']:.0f} | "
-                     f"{r['data_wait_s'] / r['wall_s']:.1%} | {results['a']['wall_s'] / r['wall_s']:.2f}x |")
+        lines.append(
+            f"| ({key}) | {NAMES[key]} | {r['wall_s']:.2f} | {r['samples_per_s']:.0f} | "
+            f"{r['data_wait_s'] / r['wall_s']:.1%} | {results['a']['wall_s'] / r['wall_s']:.2f}x |"
+        )
     return lines

@@ -1,5 +1,6 @@
 """The Python loops of the source reports, as baselines. They index tensors element by element,
 as the sources did; each takes a `limit` so the benchmark can time a subset and scale it up."""
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,9 @@ def rgb_to_grayscale_loop(image: Tensor, rows: int | None = None) -> Tensor:
     return gray
 
 
-def max_pool2d_backward_loop(grad_output: Tensor, input: Tensor, kernel: int, stride: int,
-                             planes: int | None = None) -> Tensor:
+def max_pool2d_backward_loop(
+    grad_output: Tensor, input: Tensor, kernel: int, stride: int, planes: int | None = None
+) -> Tensor:
     """Source 002's for-loop max-pool backward: for every window, find the maximum of the input
     and add the window's gradient there. Only the first `planes` (sample, channel) planes are done."""
     grad_input = torch.zeros_like(input)
@@ -33,7 +35,7 @@ def max_pool2d_backward_loop(grad_output: Tensor, input: Tensor, kernel: int, st
         s, ch = divmod(p, c)
         for oy in range(oh):
             for ox in range(ow):
-                window = input[s, ch, oy * stride:oy * stride + kernel, ox * stride:ox * stride + kernel]
+                window = input[s, ch, oy * stride : oy * stride + kernel, ox * stride : ox * stride + kernel]
                 k = int(torch.argmax(window))
                 grad_input[s, ch, oy * stride + k // kernel, ox * stride + k % kernel] += grad_output[s, ch, oy, ox]
     return grad_input

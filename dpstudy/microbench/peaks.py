@@ -8,6 +8,7 @@ Figures are NVIDIA's datasheet figures. Datasheets quote tensor-core FLOP/s "wit
 (2:4 structured sparsity); dense training runs at half of that, which is what the table holds.
 TB/s are 10^12 bytes per second, as the datasheets count them.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,7 +21,9 @@ H100 = "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/ (S
 H200 = "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/ (SXM 1,979 / NVL 1,671 TFLOPS BF16 with sparsity, 4.8 TB/s)"
 GH200 = "NVIDIA GH200 datasheet, https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (1,979 TFLOPS BF16 with sparsity; 4 TB/s HBM3, 4.9 TB/s HBM3e)"
 A100 = "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/ (312 TFLOPS BF16 dense; 1,555 GB/s 40GB, 1,935 GB/s 80GB PCIe, 2,039 GB/s 80GB SXM)"
-A10 = "NVIDIA A10 datasheet, https://www.nvidia.com/en-us/data-center/products/a10-gpu/ (125 TFLOPS BF16 dense, 600 GB/s)"
+A10 = (
+    "NVIDIA A10 datasheet, https://www.nvidia.com/en-us/data-center/products/a10-gpu/ (125 TFLOPS BF16 dense, 600 GB/s)"
+)
 L4 = "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/ (242 TFLOPS BF16 with sparsity, 300 GB/s)"
 L40 = "NVIDIA L40 datasheet, https://www.nvidia.com/en-us/data-center/l40/ (181 TFLOPS BF16 dense, 864 GB/s)"
 L40S = "NVIDIA L40S datasheet, https://www.nvidia.com/en-us/data-center/l40s/ (733 TFLOPS BF16 with sparsity, 864 GB/s)"
@@ -79,8 +82,10 @@ def memory_bandwidth(index: int = 0) -> tuple[float | None, str]:
     props = torch.cuda.get_device_properties(index)
     clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
     if clock_khz and bus_bits:
-        return (2 * clock_khz * 1e3 * bus_bits / 8,
-                f"device properties: 2 x {clock_khz / 1e3:.0f} MHz x {bus_bits}-bit bus")
+        return (
+            2 * clock_khz * 1e3 * bus_bits / 8,
+            f"device properties: 2 x {clock_khz / 1e3:.0f} MHz x {bus_bits}-bit bus",
+        )
     from_nvml = _nvml_memory(props.uuid)
     if from_nvml:
         clock_mhz, bus_bits = from_nvml
@@ -93,6 +98,7 @@ def memory_bandwidth(index: int = 0) -> tuple[float | None, str]:
 
 def _nvml_memory(uuid) -> tuple[int, int] | None:
     """(max memory clock MHz, bus width bits) from NVML, or None."""
+
     def read(n):
         handle = n.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
         return n.nvmlDeviceGetMaxClockInfo(handle, n.NVML_CLOCK_MEM), n.nvmlDeviceGetMemoryBusWidth(handle)

@@ -7,6 +7,7 @@ a device synchronize, as in every cell). FLOPs per image are forward + backward 
 torch.utils.flop_counter counts them (dpstudy.models.cost: convolutions and matmuls, the
 convention of MFU); MFU = achieved FLOP/s / the device's dense BF16 peak (dpstudy.microbench.peaks).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,13 +15,12 @@ import math
 import torch
 
 from dpstudy import models
-
 from dpstudy.data import synthetic
-from dpstudy.microbench import peaks
 from dpstudy.engine.loaders import Shard, make_loader
 from dpstudy.engine.parallel import Parallel
-from dpstudy.study.spec import complete
 from dpstudy.engine.train import Trainer
+from dpstudy.microbench import peaks
+from dpstudy.study.spec import complete
 
 
 def synthetic_images(n: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,9 +29,19 @@ def synthetic_images(n: int, size: int, seed: int) -> tuple[torch.Tensor, torch.
     return synthetic.samples(protos, n, size, torch.Generator().manual_seed(seed + 1))
 
 
-def measure(device: str | torch.device = "cuda", model: str = "resnet18", size: int = 32, images: int = 50_000,
-            batch: int = 512, precision: str = "bf16", channels_last: bool = True, augment: str = "crop_flip",
-            min_steady_s: float = 10.0, max_steady_epochs: int = 100, seed: int = 0) -> dict:
+def measure(
+    device: str | torch.device = "cuda",
+    model: str = "resnet18",
+    size: int = 32,
+    images: int = 50_000,
+    batch: int = 512,
+    precision: str = "bf16",
+    channels_last: bool = True,
+    augment: str = "crop_flip",
+    min_steady_s: float = 10.0,
+    max_steady_epochs: int = 100,
+    seed: int = 0,
+) -> dict:
     """Train `model` on `images` synthetic RGB images of `size` and report its steady throughput."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
@@ -40,12 +50,35 @@ def measure(device: str | torch.device = "cuda", model: str = "resnet18", size: 
     scaled = x.float().div_(255)
     mean, std = scaled.mean((0, 2, 3)).tolist(), scaled.std((0, 2, 3)).tolist()
     del scaled
-    spec = complete({"dataset": "synthetic_rgb", "model": model, "mode": "single", "batch": batch,
-                     "precision": precision, "channels_last": channels_last, "loader": "device",
-                     "augment": augment, "device": device.type, "seed": seed})
+    spec = complete(
+        {
+            "dataset": "synthetic_rgb",
+            "model": model,
+            "mode": "single",
+            "batch": batch,
+            "precision": precision,
+            "channels_last": channels_last,
+            "loader": "device",
+            "augment": augment,
+            "device": device.type,
+            "seed": seed,
+        }
+    )
     par = Parallel("single", device, 1)
-    loader = make_loader("device", x, y, batch=batch, shard=Shard(0, 1), seed=seed, augment=augment, mean=mean,
-                         std=std, device=device, train=True, channels_last=channels_last)
+    loader = make_loader(
+        "device",
+        x,
+        y,
+        batch=batch,
+        shard=Shard(0, 1),
+        seed=seed,
+        augment=augment,
+        mean=mean,
+        std=std,
+        device=device,
+        train=True,
+        channels_last=channels_last,
+    )
     torch.manual_seed(seed)
     net = models.build(model, 3, size).to(device)
     if channels_last:
@@ -64,16 +97,32 @@ def measure(device: str | torch.device = "cuda", model: str = "resnet18", size: 
     peak = peaks.lookup(name) if device.type == "cuda" else None
     loss = steady[-1]["train_loss"]
     return {
-        "model": model, "size": size, "images": images, "batch": batch, "precision": precision,
-        "channels_last": channels_last, "augment": augment, "loader": "device", "optimizer": spec["optimizer"],
-        "device": str(device), "device_name": name, "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "warmup_epoch_s": warmup["wall_s"], "steady_epochs": len(steady), "steady_s": wall,
-        "steady_samples": samples, "images_per_s": images_per_s,
+        "model": model,
+        "size": size,
+        "images": images,
+        "batch": batch,
+        "precision": precision,
+        "channels_last": channels_last,
+        "augment": augment,
+        "loader": "device",
+        "optimizer": spec["optimizer"],
+        "device": str(device),
+        "device_name": name,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "warmup_epoch_s": warmup["wall_s"],
+        "steady_epochs": len(steady),
+        "steady_s": wall,
+        "steady_samples": samples,
+        "images_per_s": images_per_s,
         "epoch_images_per_s": [e["samples_per_s"] for e in steady],
         "data_wait_share": sum(e["data_wait_s"] for e in steady) / wall,
-        "flops_per_image": flops, "achieved_tflops": achieved,
-        "peak_tflops": peak.bf16_tflops if peak else None, "peak_label": peak.label if peak else None,
+        "flops_per_image": flops,
+        "achieved_tflops": achieved,
+        "peak_tflops": peak.bf16_tflops if peak else None,
+        "peak_label": peak.label if peak else None,
         "peak_source": peak.source if peak else None,
         "mfu": achieved / peak.bf16_tflops if peak else None,
-        "first_loss": warmup["train_loss"], "final_loss": loss, "loss_finite": math.isfinite(loss),
+        "first_loss": warmup["train_loss"],
+        "final_loss": loss,
+        "loss_finite": math.isfinite(loss),
     }

@@ -3,6 +3,7 @@
 The registry names import paths rather than classes so that reading it (the Snakefile does,
 for validation) does not import torch.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,7 +40,7 @@ def model_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def build(name: str, channels: int, size: int, classes: int = 10) -> "nn.Module":
+def build(name: str, channels: int, size: int, classes: int = 10) -> nn.Module:
     if name not in MODELS:
         raise KeyError(f"model {name!r} is not one of {sorted(MODELS)}")
     return model_class(name)(channels, size, classes)

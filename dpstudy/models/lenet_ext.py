@@ -1,4 +1,5 @@
 """LeNet of source 000 computed with dpstudy's own conv2d and max_pool2d (source 002, task 3)."""
+
 from __future__ import annotations
 
 from dpstudy.models.lenet import LeNet

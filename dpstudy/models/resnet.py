@@ -1,4 +1,5 @@
 """ResNet-18 for small images, as in source 003 (d2l): 3x3 stem, no max-pool."""
+
 from __future__ import annotations
 
 import torch.nn as nn
@@ -14,7 +15,8 @@ class Residual(nn.Module):
         self.bn2 = nn.BatchNorm2d(c_out)
         self.shortcut = (
             nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
-            if stride != 1 or c_in != c_out else nn.Identity()
+            if stride != 1 or c_in != c_out
+            else nn.Identity()
         )
 
     def forward(self, x):

@@ -1,4 +1,5 @@
 """SimpleCNN of source 004, Q2 (STL-10, 96x96x3)."""
+
 from __future__ import annotations
 
 import torch.nn as nn

@@ -1,10 +1,32 @@
 """VGG-style networks with BatchNorm: source 000 experiment 2 and source 001's VGG-19."""
+
 from __future__ import annotations
 
 import torch.nn as nn
 
-VGG19_LAYERS = [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
-                512, 512, 512, 512, "M", 512, 512, 512, 512, "M"]  # config E
+VGG19_LAYERS = [
+    64,
+    64,
+    "M",
+    128,
+    128,
+    "M",
+    256,
+    256,
+    256,
+    256,
+    "M",
+    512,
+    512,
+    512,
+    512,
+    "M",
+    512,
+    512,
+    512,
+    512,
+    "M",
+]  # config E
 
 
 def vgg_bn_layers() -> list:

@@ -4,6 +4,7 @@
 rank measured (the launcher's failed and skipped records), built from the job's facts alone.
 torch is imported where it is needed: the launcher reads the job's facts without paying for it.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from dpstudy.util import nvml
 from dpstudy.record.provenance import code_version
+from dpstudy.util import nvml
 
 
 @cache
@@ -87,22 +88,36 @@ def torch_origin() -> dict:
 def rank_host(rank: int, local_rank: int) -> dict:
     """Where one rank runs: SLURM's node name when a SLURM step started it, else the hostname."""
     hostname = socket.gethostname()
-    return {"rank": rank, "local_rank": local_rank, "hostname": hostname,
-            "node": os.environ.get("SLURMD_NODENAME", hostname)}
+    return {
+        "rank": rank,
+        "local_rank": local_rank,
+        "hostname": hostname,
+        "node": os.environ.get("SLURMD_NODENAME", hostname),
+    }
 
 
 def job_info() -> dict:
     """The scheduler's view of this job: SLURM's job id, and the GPUs it was given."""
     slurm_job = os.environ.get("SLURM_JOB_ID")
-    return {"scheduler": "slurm" if slurm_job else "local", "job_id": slurm_job,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {
+        "scheduler": "slurm" if slurm_job else "local",
+        "job_id": slurm_job,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 def _job_facts(torch: str | None, world_size: int, nodes: int) -> dict:
     """What every record's env holds, whether a rank measured it or not."""
-    return {"torch": torch, **torch_origin(), "python": platform.python_version(),
-            "hostname": socket.gethostname(), "world_size": world_size, "nodes": nodes,
-            "code_version": code_version(), "job": job_info()}
+    return {
+        "torch": torch,
+        **torch_origin(),
+        "python": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "world_size": world_size,
+        "nodes": nodes,
+        "code_version": code_version(),
+        "job": job_info(),
+    }
 
 
 def fallback_environment(world_size: int, nodes: int) -> dict:

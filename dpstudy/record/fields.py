@@ -3,6 +3,7 @@
 A record exists only when finished: it is written to a temporary file in the same folder and
 renamed into place, so a killed job never leaves a half-written record behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,11 @@ RECORD_SCHEMA = {
         },
         "epochs": {
             "type": "array",
-            "items": {"type": "object", "required": list(EPOCH_FIELDS), "properties": {**EPOCH_FIELDS, **STEADY_FIELDS}},
+            "items": {
+                "type": "object",
+                "required": list(EPOCH_FIELDS),
+                "properties": {**EPOCH_FIELDS, **STEADY_FIELDS},
+            },
         },
         "summary": {"type": "object", "required": list(SUMMARY_FIELDS), "properties": SUMMARY_FIELDS},
         "util": {"type": ["object", "null"]},
@@ -83,13 +88,30 @@ def empty_summary() -> dict[str, Any]:
     return {key: None for key in SUMMARY_FIELDS}
 
 
-def make(cell: str, status: str, reason: str | None, spec: dict[str, Any], env: dict[str, Any],
-         epochs: list[dict[str, Any]] | None = None, summary: dict[str, Any] | None = None,
-         util: dict | None = None, probe: dict | None = None) -> dict[str, Any]:
+def make(
+    cell: str,
+    status: str,
+    reason: str | None,
+    spec: dict[str, Any],
+    env: dict[str, Any],
+    epochs: list[dict[str, Any]] | None = None,
+    summary: dict[str, Any] | None = None,
+    util: dict | None = None,
+    probe: dict | None = None,
+) -> dict[str, Any]:
     """A record with every required field; what is not given stays empty."""
-    return {"schema": SCHEMA_ID, "cell": cell, "status": status, "reason": reason, "spec": spec, "env": env,
-            "epochs": list(epochs or []), "summary": {**empty_summary(), **(summary or {})}, "util": util,
-            "probe": probe}
+    return {
+        "schema": SCHEMA_ID,
+        "cell": cell,
+        "status": status,
+        "reason": reason,
+        "spec": spec,
+        "env": env,
+        "epochs": list(epochs or []),
+        "summary": {**empty_summary(), **(summary or {})},
+        "util": util,
+        "probe": probe,
+    }
 
 
 def write(path: str | Path, record: dict[str, Any]) -> None:
@@ -102,4 +124,3 @@ def read(path: str | Path) -> dict[str, Any]:
         record = json.load(f)
     validate(record)
     return record
-

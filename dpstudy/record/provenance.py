@@ -8,6 +8,7 @@ a string naming a dpstudy module ("dpstudy.models.lenet:LeNet", how the model re
 class) and a module's package data (.yaml, .json next to it, e.g. the schema with its defaults).
 The extension's C++/CUDA sources count for the training code: the engine loads what they build.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,7 +62,9 @@ def imported_names(path: Path) -> set[str]:
     too) and strings that are exactly a module name (registries, `python -m` commands)."""
     tree = ast.parse(source_of(path), str(path))
     inside = path.is_relative_to(PACKAGE)
-    package = "" if not inside else module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    package = (
+        "" if not inside else module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    )
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -96,8 +99,9 @@ def closure(roots: tuple[str | Path, ...]) -> list[Path]:
             parts = module_name(path).split(".")
             names.update(".".join(parts[:i]) for i in range(1, len(parts)))
         pending += [module_file(n) for n in names]
-    data = {p for path in seen if path.is_relative_to(PACKAGE)
-            for p in path.parent.iterdir() if p.suffix in PACKAGE_DATA}
+    data = {
+        p for path in seen if path.is_relative_to(PACKAGE) for p in path.parent.iterdir() if p.suffix in PACKAGE_DATA
+    }
     hashed = set(training_paths()) if Path(__file__).resolve() in seen and roots != TRAINING_ENTRY_POINTS else set()
     return sorted(seen | data | hashed)
 

@@ -7,6 +7,7 @@ here: a figure shows the numbers the report prints. Cells that did not finish (s
 are listed with their reason under every figure, so nothing disappears silently. FIGURES is the one
 list of figure files: the Snakemake rule names its outputs from it.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,9 +18,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from dpstudy.report.text import not_run_lines as not_run_lines_of
+from dpstudy.report.text import plural
 from dpstudy.study import outputs
 from dpstudy.util.atomic import atomic_output
-from dpstudy.report.text import not_run_lines as not_run_lines_of, plural
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -45,16 +47,34 @@ sns = lazy("seaborn")
 Tables = dict[str, "pd.DataFrame"]
 VARIANTS = ("single", "dp", "ddp/gloo", "ddp/nccl")
 LABELS = {  # axis labels
-    "global_batch": "global batch (samples per step)", "samples_per_s": "throughput (samples/s)",
-    "devices": "devices", "speedup": "speedup vs one device", "efficiency": "scaling efficiency",
-    "epoch": "epoch", "test_acc_pct": "test accuracy (%)", "final_test_acc_pct": "final test accuracy (%)",
-    "seconds": "seconds per epoch (median of epochs >= 2)", "peak_mem_mb": "peak memory (MB)",
-    "t": "seconds since start", "value": "percent", "cell": "", "setting": "", "metric": "",
-    "predicted_speedup": "speedup the model predicts", "measured_speedup": "measured speedup",
+    "global_batch": "global batch (samples per step)",
+    "samples_per_s": "throughput (samples/s)",
+    "devices": "devices",
+    "speedup": "speedup vs one device",
+    "efficiency": "scaling efficiency",
+    "epoch": "epoch",
+    "test_acc_pct": "test accuracy (%)",
+    "final_test_acc_pct": "final test accuracy (%)",
+    "seconds": "seconds per epoch (median of epochs >= 2)",
+    "peak_mem_mb": "peak memory (MB)",
+    "t": "seconds since start",
+    "value": "percent",
+    "cell": "",
+    "setting": "",
+    "metric": "",
+    "predicted_speedup": "speedup the model predicts",
+    "measured_speedup": "measured speedup",
 }
 # Legend titles stay about as long as the column names: seaborn sized the legend for those.
-LEGEND_TITLES = {"variant": "mode", "devices": "devices", "loss": "largest loss", "global_batch": "global batch", "part": "",
-                 "metric": "", "device": "GPU"}
+LEGEND_TITLES = {
+    "variant": "mode",
+    "devices": "devices",
+    "loss": "largest loss",
+    "global_batch": "global batch",
+    "part": "",
+    "metric": "",
+    "device": "GPU",
+}
 MAX_NOTE_LINES = 12
 DPI = 110
 # A study of thousands of cells still gets figures of about one screen each. Markers tell apart at
@@ -122,11 +142,20 @@ def spread(data: pd.DataFrame, x: str, shown: list[str], hidden: list[str], log:
     rank = ordered.cumcount().reindex(data.index)
     size = ordered[x].transform("size").reindex(data.index)
     offset = ((rank + 0.5) / size - 0.5) * SPREAD
-    return data[x].astype(float) * 2.0 ** offset if log else data[x].astype(float) + offset
+    return data[x].astype(float) * 2.0**offset if log else data[x].astype(float) + offset
 
 
-def draw_settings(data: pd.DataFrame, x: str, y: str, style: str | None = None, markers: dict | None = None,
-                  crowded: bool = False, color=None, label=None, **_) -> None:
+def draw_settings(
+    data: pd.DataFrame,
+    x: str,
+    y: str,
+    style: str | None = None,
+    markers: dict | None = None,
+    crowded: bool = False,
+    color=None,
+    label=None,
+    **_,
+) -> None:
     """FacetGrid.map_dataframe: a marker per setting at (its spread x, y) with its [low, high] as an
     error bar (none where the bounds are NaN), and per style value a line through the median of the
     settings at each x (the setting itself when it is alone there)."""
@@ -139,14 +168,24 @@ def draw_settings(data: pd.DataFrame, x: str, y: str, style: str | None = None, 
         ax.plot(line.index, line.to_numpy(), color=color, lw=1.5, label=label)
         below = (rows[y] - rows[f"{y}_low"]).clip(lower=0).to_numpy(dtype=float)
         above = (rows[f"{y}_high"] - rows[y]).clip(lower=0).to_numpy(dtype=float)
-        ax.errorbar(rows["_x"], rows[y], yerr=[below, above], fmt=marker, ls="none", color=color,
-                    ms=3.5 if crowded else 6, alpha=0.6 if crowded else 1.0, elinewidth=0.8,
-                    capsize=0 if crowded else 2)
+        ax.errorbar(
+            rows["_x"],
+            rows[y],
+            yerr=[below, above],
+            fmt=marker,
+            ls="none",
+            color=color,
+            ms=3.5 if crowded else 6,
+            alpha=0.6 if crowded else 1.0,
+            elinewidth=0.8,
+            capsize=0 if crowded else 2,
+        )
         label = None
 
 
-def settings_legend(g: sns.FacetGrid, data: pd.DataFrame, style: str | None, markers: dict | None,
-                    hidden: list[str]) -> None:
+def settings_legend(
+    g: sns.FacetGrid, data: pd.DataFrame, style: str | None, markers: dict | None, hidden: list[str]
+) -> None:
     """Colours (modes), then markers (the style key's values), then what the lines are."""
     from matplotlib.lines import Line2D
 
@@ -162,8 +201,9 @@ def settings_legend(g: sns.FacetGrid, data: pd.DataFrame, style: str | None, mar
     g.add_legend(legend_data=handles, label_order=list(handles), title="variant")
 
 
-def settings_grid(data: pd.DataFrame, x: str, y: str, style: str | None = None, log: bool = False,
-                  **facets) -> sns.FacetGrid:
+def settings_grid(
+    data: pd.DataFrame, x: str, y: str, style: str | None = None, log: bool = False, **facets
+) -> sns.FacetGrid:
     """Settings (rows of the settings table, with y, y_low, y_high) against x: a colour per mode, a
     marker per `style` value when there are at most MAX_STYLES, facets as given."""
     if style and data[style].nunique() > MAX_STYLES:
@@ -172,8 +212,9 @@ def settings_grid(data: pd.DataFrame, x: str, y: str, style: str | None = None, 
     hidden = hidden_keys(data, shown)
     data = data.reset_index(drop=True)
     data = data.assign(_x=spread(data, x, shown, hidden, log))
-    markers = ({v: MARKERS[i % len(MARKERS)] for i, v in enumerate(sorted(data[style].dropna().unique()))}
-               if style else None)
+    markers = (
+        {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(sorted(data[style].dropna().unique()))} if style else None
+    )
     g = sns.FacetGrid(data, **hue(data), height=3.5, aspect=1.3, **facets)
     g.map_dataframe(draw_settings, x=x, y=y, style=style, markers=markers, crowded=bool(hidden))
     settings_legend(g, data, style, markers, hidden)
@@ -196,7 +237,9 @@ def not_run_lines(cells: pd.DataFrame) -> list[str]:
     rest = rest.assign(setting=setting_of(rest["cell"]))
     lines = not_run_lines_of(rest, "cell", lambda r: r.setting, shown=3, markdown=False)  # plain text for matplotlib
     if len(lines) > MAX_NOTE_LINES:
-        lines = lines[: MAX_NOTE_LINES - 1] + [f"... and {len(lines) - MAX_NOTE_LINES + 1} more reasons (see cells.csv)"]
+        lines = lines[: MAX_NOTE_LINES - 1] + [
+            f"... and {len(lines) - MAX_NOTE_LINES + 1} more reasons (see cells.csv)"
+        ]
     return lines
 
 
@@ -214,8 +257,16 @@ def finish(fig_or_grid: Figure | sns.FacetGrid, title: str, cells: pd.DataFrame)
     lines = not_run_lines(cells)
     if lines:
         # below the axes: savefig(bbox_inches="tight") grows the image to include it
-        fig.text(0.01, -0.01, "Not shown (did not finish):\n" + "\n".join(lines),
-                 ha="left", va="top", fontsize=7, family="monospace", parse_math=False)  # a reason's $ is a $
+        fig.text(
+            0.01,
+            -0.01,
+            "Not shown (did not finish):\n" + "\n".join(lines),
+            ha="left",
+            va="top",
+            fontsize=7,
+            family="monospace",
+            parse_math=False,
+        )  # a reason's $ is a $
     return fig
 
 
@@ -279,10 +330,19 @@ def bar_groups(rows: pd.DataFrame, limit: int = MAX_BARS) -> tuple[pd.Series, li
     kept, folded = fold_keys(rows, limit)
     named = [k for k in kept if k not in ("devices", "global_batch", "env_device")] or kept
     combos = rows[kept].drop_duplicates().sort_values(kept, ignore_index=True)
-    names = [" ".join(filter(None, (short(k, v) for k, v in zip(named, values))))
-             for values in combos[named].itertuples(index=False)] if named else ["all settings"] * len(combos)
-    labels = rows[kept].merge(combos.assign(_label=names), on=kept, how="left")["_label"] if kept else (
-        pd.Series("all settings", index=range(len(rows))))
+    names = (
+        [
+            " ".join(filter(None, (short(k, v) for k, v in zip(named, values))))
+            for values in combos[named].itertuples(index=False)
+        ]
+        if named
+        else ["all settings"] * len(combos)
+    )
+    labels = (
+        rows[kept].merge(combos.assign(_label=names), on=kept, how="left")["_label"]
+        if kept
+        else (pd.Series("all settings", index=range(len(rows))))
+    )
     return pd.Series(labels.to_numpy(), index=rows.index), list(dict.fromkeys(names)), folded
 
 
@@ -308,7 +368,7 @@ def log2_axis(grid: sns.FacetGrid, values: pd.Series) -> None:
             ax.tick_params(axis="x", labelrotation=45)
 
 
-def versus_batch(settings: "pd.DataFrame", y: str) -> "sns.FacetGrid":
+def versus_batch(settings: pd.DataFrame, y: str) -> sns.FacetGrid:
     """y of each setting against the global batch (log2 axis), a line per mode and device count."""
     g = settings_grid(settings, "global_batch", y, style="devices", log=True, **workload_facets(settings))
     label(g, "global_batch", y)
@@ -325,10 +385,17 @@ def throughput(tables: Tables) -> Figure:
     return finish(versus_batch(settings, "samples_per_s"), title, cells)
 
 
-def metric_rows(settings: "pd.DataFrame", metrics: tuple[str, ...]) -> "pd.DataFrame":
+def metric_rows(settings: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
     """Long form: a row per setting and metric with `value`, `value_low`, `value_high`."""
-    return pd.concat([settings.assign(metric=m, value=settings[m], value_low=settings[f"{m}_low"],
-                                      value_high=settings[f"{m}_high"]) for m in metrics], ignore_index=True)
+    return pd.concat(
+        [
+            settings.assign(
+                metric=m, value=settings[m], value_low=settings[f"{m}_low"], value_high=settings[f"{m}_high"]
+            )
+            for m in metrics
+        ],
+        ignore_index=True,
+    )
 
 
 def scaling(tables: Tables) -> Figure:
@@ -373,8 +440,17 @@ def model(tables: Tables) -> Figure:
         return message("No multi-device cell finished with a baseline: nothing to model.", title, cells)
     table = labelled(table).assign(loss=table["largest"].str.split(" [(]").str[0])
     colours = hue(table)
-    g = sns.relplot(table, x="predicted_speedup", y="measured_speedup", style="loss", size="devices",
-                    sizes=(40, 160), height=4, aspect=1.2, **colours)
+    g = sns.relplot(
+        table,
+        x="predicted_speedup",
+        y="measured_speedup",
+        style="loss",
+        size="devices",
+        sizes=(40, 160),
+        height=4,
+        aspect=1.2,
+        **colours,
+    )
     top = max(table["predicted_speedup"].max(), table["measured_speedup"].max(), table["devices"].max()) * 1.1
     top = max(top, table["measured_speedup_high"].max() * 1.05)  # NaN bounds (one run) leave it
     for ax in g.axes.flat:
@@ -388,20 +464,23 @@ def model(tables: Tables) -> Figure:
     return finish(g, title, cells)
 
 
-def interval_lines(ax, table: "pd.DataFrame", palette: dict) -> None:
+def interval_lines(ax, table: pd.DataFrame, palette: dict) -> None:
     """The measured speedup's [low, high] of every setting as one line per mode (NaN gaps between
     the bars; none where the bounds are NaN)."""
     import numpy as np
 
     for variant, rows in table.groupby("variant"):
         xs = np.repeat(rows["predicted_speedup"].to_numpy(dtype=float), 3)
-        ys = np.column_stack([rows["measured_speedup_low"], rows["measured_speedup_high"],
-                              np.full(len(rows), np.nan)]).astype(float).ravel()
+        ys = (
+            np.column_stack([rows["measured_speedup_low"], rows["measured_speedup_high"], np.full(len(rows), np.nan)])
+            .astype(float)
+            .ravel()
+        )
         xs[2::3] = np.nan
         ax.plot(xs, ys, color=palette[variant], lw=1.0, alpha=0.8)
 
 
-def with_settings(rows: "pd.DataFrame", cells: "pd.DataFrame") -> "pd.DataFrame":
+def with_settings(rows: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """rows (a `cell` column) of the finished cells, with their setting keys and variant."""
     from dpstudy.analysis.keys import SETTING_KEYS
 
@@ -421,8 +500,17 @@ def epoch_split(tables: Tables) -> Figure:
     long = per_bar.reindex(order).reset_index().melt(id_vars="setting", var_name="part", value_name="seconds")
     long["part"] = long["part"].map({"data_wait_s": "waiting for data", "compute_s": "computing"})
     # a stacked histogram weighted by seconds draws one stacked bar per setting (median of repeats)
-    g = sns.displot(long, y="setting", weights="seconds", hue="part", hue_order=["computing", "waiting for data"],
-                    multiple="stack", discrete=True, shrink=0.8, **bar_size(len(order)))
+    g = sns.displot(
+        long,
+        y="setting",
+        weights="seconds",
+        hue="part",
+        hue_order=["computing", "waiting for data"],
+        multiple="stack",
+        discrete=True,
+        shrink=0.8,
+        **bar_size(len(order)),
+    )
     label(g, "seconds", "setting")
     return finish(g, title + folded_note(folded), cells)
 
@@ -439,12 +527,30 @@ def accuracy_epochs(tables: Tables) -> Figure:
     facets = {"height": 3.5, "aspect": 1.3, **hue(epochs), **workload_facets(epochs)}
     count = epochs["cell"].nunique()
     if count <= MAX_LINES:
-        g = sns.relplot(epochs, x="epoch", y="test_acc_pct", style="global_batch", units="cell", estimator=None,
-                        kind="line", markers=True, **facets)
+        g = sns.relplot(
+            epochs,
+            x="epoch",
+            y="test_acc_pct",
+            style="global_batch",
+            units="cell",
+            estimator=None,
+            kind="line",
+            markers=True,
+            **facets,
+        )
     else:
         style = {"style": "global_batch"} if epochs["global_batch"].nunique() <= MAX_STYLES else {}
-        g = sns.relplot(epochs, x="epoch", y="test_acc_pct", estimator="median", errorbar=("pi", 50), kind="line",
-                        markers=True, **style, **facets)
+        g = sns.relplot(
+            epochs,
+            x="epoch",
+            y="test_acc_pct",
+            estimator="median",
+            errorbar=("pi", 50),
+            kind="line",
+            markers=True,
+            **style,
+            **facets,
+        )
         title += f" - a line per mode: the median of its cells ({count} in all), band: their middle half"
     label(g, "epoch", "test_acc_pct")
     for ax in g.axes.flat:
@@ -458,8 +564,9 @@ def accuracy_batch(tables: Tables) -> Figure:
     settings = settings_of(tables).dropna(subset=["final_test_acc"])
     if settings.empty:
         return message("No cell finished: there is no accuracy to show.", title, cells)
-    settings = settings.assign(**{f"final_test_acc_pct{part}": settings[f"final_test_acc{part}"] * 100
-                                  for part in ("", "_low", "_high")})
+    settings = settings.assign(
+        **{f"final_test_acc_pct{part}": settings[f"final_test_acc{part}"] * 100 for part in ("", "_low", "_high")}
+    )
     return finish(versus_batch(settings, "final_test_acc_pct"), title, cells)
 
 
@@ -474,8 +581,18 @@ def memory(tables: Tables) -> Figure:
     labels, order, folded = bar_groups(last)
     last = last.assign(rank=last["rank"].map("rank {}".format), setting=labels)
     bars = last[["setting", "rank"]].drop_duplicates().shape[0]
-    g = sns.catplot(last, x="peak_mem_mb", y="setting", order=order, hue="rank", kind="bar", orient="h",
-                    estimator="median", errorbar=None, **bar_size(bars))
+    g = sns.catplot(
+        last,
+        x="peak_mem_mb",
+        y="setting",
+        order=order,
+        hue="rank",
+        kind="bar",
+        orient="h",
+        estimator="median",
+        errorbar=None,
+        **bar_size(bars),
+    )
     label(g, "peak_mem_mb", "setting")
     return finish(g, title + folded_note(folded), cells)
 
@@ -496,7 +613,7 @@ def backends(tables: Tables) -> Figure:
     return finish(g, title, ddp)
 
 
-def sampled_cells(util: "pd.DataFrame", cells: "pd.DataFrame", limit: int = MAX_PANELS) -> list[str]:
+def sampled_cells(util: pd.DataFrame, cells: pd.DataFrame, limit: int = MAX_PANELS) -> list[str]:
     """Every sampled cell when at most `limit`; else per mode the cell of median mean GPU use, then
     the lowest and the highest, until `limit`."""
     busy = util.groupby("cell")["gpu_util"].mean().rename("busy").reset_index()
@@ -521,15 +638,28 @@ def utilisation(tables: Tables) -> Figure:
         return message(f"No GPU utilisation was sampled in this study (cells ran on: {ran_on}).", title, cells)
     shown = sampled_cells(util, cells)
     if len(shown) < util["cell"].nunique():
-        title += (f" - {len(shown)} of {util['cell'].nunique()} sampled cells (per mode: median, lowest, highest"
-                  " mean GPU use; util.csv has all)")
-    long = util[util["cell"].isin(shown)].melt(id_vars=["cell", "device", "t"], value_vars=["gpu_util", "mem_util"],
-                                               var_name="metric", value_name="value")
+        title += (
+            f" - {len(shown)} of {util['cell'].nunique()} sampled cells (per mode: median, lowest, highest"
+            " mean GPU use; util.csv has all)"
+        )
+    long = util[util["cell"].isin(shown)].melt(
+        id_vars=["cell", "device", "t"], value_vars=["gpu_util", "mem_util"], var_name="metric", value_name="value"
+    )
     long["metric"] = long["metric"].map({"gpu_util": "GPU busy", "mem_util": "memory busy"})
     long["device"] = long["device"].map("GPU {}".format)
     n = long["cell"].nunique()
-    g = sns.relplot(long, x="t", y="value", hue="device", style="metric", col="cell", col_wrap=min(n, 3),
-                    kind="line", height=3, aspect=1.4)
+    g = sns.relplot(
+        long,
+        x="t",
+        y="value",
+        hue="device",
+        style="metric",
+        col="cell",
+        col_wrap=min(n, 3),
+        kind="line",
+        height=3,
+        aspect=1.4,
+    )
     label(g, "t", "value")
     return finish(g, title, cells)
 
@@ -555,11 +685,14 @@ def overview(tables: Tables) -> Figure:
     return finish(fig, title + folded_note(hidden_keys(settings, ["variant", *filter(None, (x, y))])), cells)
 
 
-HEAT_METRICS = {"speedup": ("speedup", lambda v: f"{v:.2f}"), "efficiency": ("efficiency", lambda v: f"{v:.0%}"),
-                "final_test_acc": ("final test accuracy", lambda v: f"{v * 100:.1f}")}
+HEAT_METRICS = {
+    "speedup": ("speedup", lambda v: f"{v:.2f}"),
+    "efficiency": ("efficiency", lambda v: f"{v:.0%}"),
+    "final_test_acc": ("final test accuracy", lambda v: f"{v * 100:.1f}"),
+}
 
 
-def heat_maps(settings: "pd.DataFrame", x: str | None, y: str, rows: list) -> Figure:
+def heat_maps(settings: pd.DataFrame, x: str | None, y: str, rows: list) -> Figure:
     """A heat map per mode (row; None: every mode, on the y axis) and metric (column), median over
     the settings of a square, one colour scale per metric; values written in when few squares."""
     import matplotlib.pyplot as plt
@@ -568,8 +701,9 @@ def heat_maps(settings: "pd.DataFrame", x: str | None, y: str, rows: list) -> Fi
     x = x or "_all"
     nx, ny = data[x].nunique(), data[y].nunique()
     width, height = min(6.0, max(2.8, 1.6 + 0.16 * nx)), min(4.0, max(1.4, 0.9 + 0.22 * ny))
-    fig, axes = plt.subplots(len(rows), len(HEAT_METRICS), figsize=(width * len(HEAT_METRICS), height * len(rows)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(rows), len(HEAT_METRICS), figsize=(width * len(HEAT_METRICS), height * len(rows)), squeeze=False
+    )
     for column, (metric, (name, fmt)) in enumerate(HEAT_METRICS.items()):
         values = data[metric].dropna()
         scale = {"vmin": values.min(), "vmax": values.max()} if not values.empty else {}
@@ -580,20 +714,36 @@ def heat_maps(settings: "pd.DataFrame", x: str | None, y: str, rows: list) -> Fi
     return fig
 
 
-def heat_map(ax, data: "pd.DataFrame", x: str, y: str, metric: str, fmt, scale: dict, title: str) -> None:
+def heat_map(ax, data: pd.DataFrame, x: str, y: str, metric: str, fmt, scale: dict, title: str) -> None:
     """One panel: the median of `metric` per (y, x) square; a line of text where there is none."""
     grid = data.groupby([y, x], dropna=False)[metric].median().unstack(x)
     ax.set_title(title, fontsize=9)
     baseline = metric in ("speedup", "efficiency") and (data["devices"] <= 1).all()
     if baseline or grid.isna().all().all():
         ax.axis("off")
-        ax.text(0.5, 0.5, "one device: the baseline (1x)" if baseline else "nothing measured", ha="center",
-                va="center", transform=ax.transAxes, fontsize=8)
+        ax.text(
+            0.5,
+            0.5,
+            "one device: the baseline (1x)" if baseline else "nothing measured",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=8,
+        )
         return
     annotate = grid.size <= 60
     text = grid.map(lambda v: "" if pd.isna(v) else fmt(v)) if annotate else False
-    sns.heatmap(grid, ax=ax, cmap="viridis", annot=text, fmt="", annot_kws={"fontsize": 7}, cbar=True,
-                linewidths=0.3 if annotate else 0, **scale)
+    sns.heatmap(
+        grid,
+        ax=ax,
+        cmap="viridis",
+        annot=text,
+        fmt="",
+        annot_kws={"fontsize": 7},
+        cbar=True,
+        linewidths=0.3 if annotate else 0,
+        **scale,
+    )
     ax.set_xlabel("" if x == "_all" else x)
     ax.set_ylabel("" if y == "variant" else y)
     ax.tick_params(labelsize=7)

@@ -11,6 +11,7 @@ This module only phrases: every number it states, and every verdict, is a column
 against settings; summary: the counts of verdicts, the noise floor, the busy host; data_wait, memory,
 util_means, scaling_settings). It picks rows, orders them and counts the lines it lists.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -89,8 +90,7 @@ def members(comparison) -> list[int]:
 
 # Keys the phrases below already name (workload, who, batch_phrase); any other key that varies in
 # the study is appended, so two settings never read the same.
-NAMED_KEYS = {"dataset", "model", "mode", "backend", "gpus", "nodes", "devices", "batch", "batch_scope",
-              "global_batch"}
+NAMED_KEYS = {"dataset", "model", "mode", "backend", "gpus", "nodes", "devices", "batch", "batch_scope", "global_batch"}
 LIST_LIMIT = 12  # settings listed one per line; a larger study gets its best and worst and the overview
 
 
@@ -131,8 +131,12 @@ def noise_text(row) -> str:
 
 NOISIER = "noisier than its effect"
 # The settings table's `verdict` (dpstudy.analysis.stats.VERDICTS) in words.
-VERDICT_TEXT = {"faster": "faster than one device", "slower": "slower than one device",
-                "within noise": "within noise of one device", "noisier": NOISIER}
+VERDICT_TEXT = {
+    "faster": "faster than one device",
+    "slower": "slower than one device",
+    "within noise": "within noise of one device",
+    "noisier": NOISIER,
+}
 
 
 def speedup_verdict(row) -> str:
@@ -143,17 +147,21 @@ def speedup_verdict(row) -> str:
 def verdict_text(row) -> str:
     verdict = speedup_verdict(row)
     if verdict == NOISIER:
-        return (f"**{verdict}**: the noise ({percent(row['noise_max_cv'])}) is larger than the effect "
-                f"({percent(row['effect'])}), it cannot be told apart from one device")
+        return (
+            f"**{verdict}**: the noise ({percent(row['noise_max_cv'])}) is larger than the effect "
+            f"({percent(row['effect'])}), it cannot be told apart from one device"
+        )
     return f"**{verdict}**" if verdict else ""
 
 
 def speedup_line(row, keys: list[str]) -> str:
     value, efficiency = stats.value(row, "speedup"), stats.value(row, "efficiency")
     verdict = verdict_text(row)
-    return (f"- {setting_name(row, keys)}: {stats.interval_text(value, unit='x')} one device's throughput, "
-            f"{stats.interval_text(tuple(v * 100 for v in efficiency), '{:.0f}', ' %')} efficiency "
-            f"({runs_text(row)}; {noise_text(row)})" + (f": {verdict}." if verdict else "."))
+    return (
+        f"- {setting_name(row, keys)}: {stats.interval_text(value, unit='x')} one device's throughput, "
+        f"{stats.interval_text(tuple(v * 100 for v in efficiency), '{:.0f}', ' %')} efficiency "
+        f"({runs_text(row)}; {noise_text(row)})" + (f": {verdict}." if verdict else ".")
+    )
 
 
 def listed(rows: pd.DataFrame, line, by: str) -> list[str]:
@@ -163,10 +171,16 @@ def listed(rows: pd.DataFrame, line, by: str) -> list[str]:
         return [line(r) for _, r in rows.iterrows()]
     ranked = rows.sort_values(by, ascending=False)
     shown = LIST_LIMIT // 2
-    return (["Best by " + by.replace("_", " ") + ":"] + [line(r) for _, r in ranked.head(shown).iterrows()]
-            + ["", "Worst:"] + [line(r) for _, r in ranked.tail(shown).iterrows()]
-            + ["", f"The other {len(rows) - 2 * shown} settings: in the overview above and in "
-               "`results/tables/settings.csv`."])
+    return (
+        ["Best by " + by.replace("_", " ") + ":"]
+        + [line(r) for _, r in ranked.head(shown).iterrows()]
+        + ["", "Worst:"]
+        + [line(r) for _, r in ranked.tail(shown).iterrows()]
+        + [
+            "",
+            f"The other {len(rows) - 2 * shown} settings: in the overview above and in `results/tables/settings.csv`.",
+        ]
+    )
 
 
 # ---- When does DP or DDP beat one device, by how much, and why not n x? -----------------------
@@ -177,7 +191,8 @@ SPEEDUP_DEFINITION = (
     f"interval from a {stats.METHOD} (chosen because it holds its coverage at 3 repeats; see the README). "
     "Efficiency is speedup per device. Noise is the coefficient of variation of throughput over the "
     "repeats, of the setting / of its baseline; a setting whose noise is larger than the effect it would "
-    "claim is flagged.")
+    "claim is flagged."
+)
 
 
 def speedup(tables: Tables) -> str:
@@ -192,10 +207,14 @@ def speedup(tables: Tables) -> str:
     keys = varied(tables)
     lines = listed(rows, lambda r: speedup_line(r, keys), "speedup")
     figures = study(tables)
-    counted = {words: whole(figures[VERDICT_COLUMNS[v]]) for v, words in VERDICT_TEXT.items()
-               if figures[VERDICT_COLUMNS[v]]}
-    summary = (", ".join(f"{n} {v}" for v, n in sorted(counted.items())) + ", judged by the 95 % intervals"
-               " and the noise" if counted else "no interval to decide on (run the study with `repeats` > 1)")
+    counted = {
+        words: whole(figures[VERDICT_COLUMNS[v]]) for v, words in VERDICT_TEXT.items() if figures[VERDICT_COLUMNS[v]]
+    }
+    summary = (
+        ", ".join(f"{n} {v}" for v, n in sorted(counted.items())) + ", judged by the 95 % intervals and the noise"
+        if counted
+        else "no interval to decide on (run the study with `repeats` > 1)"
+    )
     settings_count = plural(whole(figures["multi_settings"]), "multi-device setting")
     lines.append(f"\nOf {settings_count}: {summary}. Ideal: n devices n times as fast (100 % efficiency).")
     return SPEEDUP_DEFINITION + "\n\n" + "\n".join(lines) + "\n\n" + across_nodes(tables, keys)
@@ -207,12 +226,16 @@ def busy_text(tables: Tables) -> str:
     if pd.isna(figures["other_load_max"]):
         return ""
     if not figures["busy_cells"]:
-        return (f" No run shared the machine: other processes used at most {figures['other_load_max']:.2f} cores "
-                "while a cell trained.")
-    return (f" **{plural(whole(figures['busy_cells']), 'run')} of {whole(figures['finished_cells'])} shared the "
-            f"machine** with other processes (more than {figures['busy_cores']} cores on average while training, up "
-            f"to {figures['busy_other_load_max']:.2f}): their throughput is lower and noisier than a quiet machine's; "
-            "run the study alone for numbers to publish.")
+        return (
+            f" No run shared the machine: other processes used at most {figures['other_load_max']:.2f} cores "
+            "while a cell trained."
+        )
+    return (
+        f" **{plural(whole(figures['busy_cells']), 'run')} of {whole(figures['finished_cells'])} shared the "
+        f"machine** with other processes (more than {figures['busy_cores']} cores on average while training, up "
+        f"to {figures['busy_other_load_max']:.2f}): their throughput is lower and noisier than a quiet machine's; "
+        "run the study alone for numbers to publish."
+    )
 
 
 def single_noise(tables: Tables) -> str:
@@ -222,15 +245,24 @@ def single_noise(tables: Tables) -> str:
         return not_measured("the noise floor needs a single-device setting with more than one repeat")
     singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     keys = varied(tables)
-    lines = [f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'])} over {r['repeats']} runs "
-             f"({stats.interval_text(stats.value(r, 'samples_per_s'), significant, ' samples/s')})"
-             for _, r in singles.iterrows()]
-    return (f"Noise floor: the single-device throughput varies by a median CV of "
-            f"{percent(figures['noise_floor_median_cv'])} between repeats (largest "
-            f"{percent(figures['noise_floor_max_cv'])})."
-            + busy_text(tables) + "\n\n"
-            + "\n".join(lines[:LIST_LIMIT]) + ("" if len(lines) <= LIST_LIMIT else
-                                               f"\n- ... {len(lines) - LIST_LIMIT} more in `results/tables/settings.csv`"))
+    lines = [
+        f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'])} over {r['repeats']} runs "
+        f"({stats.interval_text(stats.value(r, 'samples_per_s'), significant, ' samples/s')})"
+        for _, r in singles.iterrows()
+    ]
+    return (
+        f"Noise floor: the single-device throughput varies by a median CV of "
+        f"{percent(figures['noise_floor_median_cv'])} between repeats (largest "
+        f"{percent(figures['noise_floor_max_cv'])})."
+        + busy_text(tables)
+        + "\n\n"
+        + "\n".join(lines[:LIST_LIMIT])
+        + (
+            ""
+            if len(lines) <= LIST_LIMIT
+            else f"\n- ... {len(lines) - LIST_LIMIT} more in `results/tables/settings.csv`"
+        )
+    )
 
 
 def across_nodes(tables: Tables, named: list[str] = ()) -> str:
@@ -240,26 +272,32 @@ def across_nodes(tables: Tables, named: list[str] = ()) -> str:
     pairs = []
     for _, pair in comparisons[comparisons["kind"] == "nodes"].iterrows():
         far, near = settings.loc[pair["setting"]], settings.loc[pair["other"]]
-        pairs.append(f"- {workload(far)} at {batch_phrase(far)}{extra_keys(far, named)}: "
-                     f"{plural(far['devices'], 'device')} on one node reached {near['efficiency'] * 100:.0f} % "
-                     f"efficiency, spread over {far['nodes']} nodes {far['efficiency'] * 100:.0f} % "
-                     f"({pair['value']:.2f}x the one-node throughput).")
+        pairs.append(
+            f"- {workload(far)} at {batch_phrase(far)}{extra_keys(far, named)}: "
+            f"{plural(far['devices'], 'device')} on one node reached {near['efficiency'] * 100:.0f} % "
+            f"efficiency, spread over {far['nodes']} nodes {far['efficiency'] * 100:.0f} % "
+            f"({pair['value']:.2f}x the one-node throughput)."
+        )
     if pairs:
         return "Intra- vs inter-node scaling (same world size):\n" + "\n".join(pairs[:LIST_LIMIT]) + "\n"
     rows = tables["settings"]
     ddp = rows[(rows["devices"] > 1) & rows["speedup"].notna() & (rows["mode"] == "ddp")]
     if (ddp["nodes"] > 1).any():
-        return "Inter-node scaling: the multi-node cells have no one-node cell of the same world size to compare with.\n"
+        return (
+            "Inter-node scaling: the multi-node cells have no one-node cell of the same world size to compare with.\n"
+        )
     return ""
 
 
-MODEL_INTRO = ("The model rebuilds each multi-device epoch from parts measured elsewhere: the single-device "
-               "cell's compute split n ways, the cell's own waiting for data, the gradient all-reduce from "
-               "comm_bench's bus bandwidth minus what the backward hid (the `no_sync` probe), and DP's "
-               "scatter, replicate and gather. Against the ideal epoch (one device's divided by n), the "
-               "measured losses add up to the measured epoch: extra data wait, the all-reduce the backward "
-               "left exposed (steps with it minus steps under `no_sync`), DP's transfers, per-device compute "
-               "beyond 1/n (the steps under `no_sync`), and the rest (optimizer steps, the loop's overhead).")
+MODEL_INTRO = (
+    "The model rebuilds each multi-device epoch from parts measured elsewhere: the single-device "
+    "cell's compute split n ways, the cell's own waiting for data, the gradient all-reduce from "
+    "comm_bench's bus bandwidth minus what the backward hid (the `no_sync` probe), and DP's "
+    "scatter, replicate and gather. Against the ideal epoch (one device's divided by n), the "
+    "measured losses add up to the measured epoch: extra data wait, the all-reduce the backward "
+    "left exposed (steps with it minus steps under `no_sync`), DP's transfers, per-device compute "
+    "beyond 1/n (the steps under `no_sync`), and the rest (optimizer steps, the loop's overhead)."
+)
 
 
 def loss_text(value: float, noise: float) -> str:
@@ -273,11 +311,13 @@ def loss_text(value: float, noise: float) -> str:
     return f"{significant(value)} ({'noise' if -value <= noise else 'gain beyond noise'})"
 
 
-NEGATIVE_NOTE = ("A negative term means that part took less than its ideal share. Where it is smaller than "
-                 "the epoch's noise (the standard deviation of the measured epoch over repeats, baseline's "
-                 "share included: the `noise s` column) it is measurement noise, not a gain, and is marked "
-                 "(noise); one that is larger is marked (gain beyond noise): e.g. smaller per-device steps that "
-                 "fit a cache better. Without repeats the noise is unknown.")
+NEGATIVE_NOTE = (
+    "A negative term means that part took less than its ideal share. Where it is smaller than "
+    "the epoch's noise (the standard deviation of the measured epoch over repeats, baseline's "
+    "share included: the `noise s` column) it is measurement noise, not a gain, and is marked "
+    "(noise); one that is larger is marked (gain beyond noise): e.g. smaller per-device steps that "
+    "fit a cache better. Without repeats the noise is unknown."
+)
 
 
 def why_not_n(tables: Tables) -> str:
@@ -285,76 +325,108 @@ def why_not_n(tables: Tables) -> str:
     scaling_settings table: dpstudy.analysis.scaling.settings_model)."""
     model = tables["scaling_settings"]
     if model.empty:
-        return not_measured("the scaling model needs a finished multi-device cell and its finished "
-                            "single-device baseline")
+        return not_measured(
+            "the scaling model needs a finished multi-device cell and its finished single-device baseline"
+        )
     keys = varied(tables)
 
     def measured(r) -> str:
         return stats.interval_text(stats.value(r, "measured_speedup"), unit="x")
 
     def line(r) -> str:
-        return (f"- {setting_name(r, keys)}: measured {measured(r)}, model {r['predicted_speedup']:.2f}x of an "
-                f"ideal {r['devices']}x. Largest loss: **{r['largest']}** ({significant(r['largest_s'])} s of a "
-                f"{significant(r['measured_s'])} s epoch whose ideal is {significant(r['ideal_s'])} s).")
+        return (
+            f"- {setting_name(r, keys)}: measured {measured(r)}, model {r['predicted_speedup']:.2f}x of an "
+            f"ideal {r['devices']}x. Largest loss: **{r['largest']}** ({significant(r['largest_s'])} s of a "
+            f"{significant(r['measured_s'])} s epoch whose ideal is {significant(r['ideal_s'])} s)."
+        )
 
     lines = [MODEL_INTRO, "", *listed(model, line, "measured_speedup")]
     na = lambda form: lambda v: "n/a" if pd.isna(v) else form(v)  # noqa: E731
-    shown = model if len(model) <= LIST_LIMIT else model.sort_values("measured_speedup").iloc[
-        list(range(LIST_LIMIT // 2)) + list(range(-(LIST_LIMIT // 2), 0))]
-    table = pd.DataFrame({
-        "setting": [setting_name(r, keys) for _, r in shown.iterrows()],
-        "measured": [measured(r) for _, r in shown.iterrows()],
-        "model": shown["predicted_speedup"].map("{:.2f}x".format),
-        "epoch s (ideal)": [f"{significant(m)} ({significant(i)})" for m, i in zip(shown["measured_s"], shown["ideal_s"])],
-        "noise s": shown["noise_s"].map(na(significant)),
-        "extra data wait s": [loss_text(v, n) for v, n in zip(shown["loss_data_s"], shown["noise_s"])],
-        "all-reduce s: model (exposed)": [f"{na(significant)(a)} ({loss_text(e, n)})"
-                                          for a, e, n in zip(shown["allreduce_s"], shown["loss_sync_s"], shown["noise_s"])],
-        "hidden by backward": shown["overlap"].map(na(percent)),
-        "DP transfers s": [loss_text(v, n) for v, n in zip(shown["loss_dp_s"], shown["noise_s"])],
-        "per-device compute s": [loss_text(v, n) for v, n in zip(shown["loss_compute_s"], shown["noise_s"])],
-        "rest s": [loss_text(v, n) for v, n in zip(shown["loss_other_s"], shown["noise_s"])],
-    })
+    shown = (
+        model
+        if len(model) <= LIST_LIMIT
+        else model.sort_values("measured_speedup").iloc[
+            list(range(LIST_LIMIT // 2)) + list(range(-(LIST_LIMIT // 2), 0))
+        ]
+    )
+    table = pd.DataFrame(
+        {
+            "setting": [setting_name(r, keys) for _, r in shown.iterrows()],
+            "measured": [measured(r) for _, r in shown.iterrows()],
+            "model": shown["predicted_speedup"].map("{:.2f}x".format),
+            "epoch s (ideal)": [
+                f"{significant(m)} ({significant(i)})" for m, i in zip(shown["measured_s"], shown["ideal_s"])
+            ],
+            "noise s": shown["noise_s"].map(na(significant)),
+            "extra data wait s": [loss_text(v, n) for v, n in zip(shown["loss_data_s"], shown["noise_s"])],
+            "all-reduce s: model (exposed)": [
+                f"{na(significant)(a)} ({loss_text(e, n)})"
+                for a, e, n in zip(shown["allreduce_s"], shown["loss_sync_s"], shown["noise_s"])
+            ],
+            "hidden by backward": shown["overlap"].map(na(percent)),
+            "DP transfers s": [loss_text(v, n) for v, n in zip(shown["loss_dp_s"], shown["noise_s"])],
+            "per-device compute s": [loss_text(v, n) for v, n in zip(shown["loss_compute_s"], shown["noise_s"])],
+            "rest s": [loss_text(v, n) for v, n in zip(shown["loss_other_s"], shown["noise_s"])],
+        }
+    )
     sources = ", ".join(sorted(model["allreduce_source"].dropna().unique()))
-    return "\n".join(lines) + "\n\n" + markdown_table(table, escape=False) + "\n\n" + NEGATIVE_NOTE + (
-        f"\n\nMeasured: the setting's speedup with its 95 % interval (as above). All-reduce times from: {sources} "
-        "(comm_bench: its bus bandwidth at the gradients' size; probe: an all-reduce of the gradients' bytes timed "
-        "in the cell).")
+    return (
+        "\n".join(lines)
+        + "\n\n"
+        + markdown_table(table, escape=False)
+        + "\n\n"
+        + NEGATIVE_NOTE
+        + (
+            f"\n\nMeasured: the setting's speedup with its 95 % interval (as above). All-reduce times from: {sources} "
+            "(comm_bench: its bus bandwidth at the gradients' size; probe: an all-reduce of the gradients' bytes timed "
+            "in the cell)."
+        )
+    )
 
 
 # ---- Is accuracy the same across modes? -------------------------------------------------------
+
 
 def accuracy(tables: Tables) -> str:
     """The comparisons of kind "accuracy": per group of settings that differ only in mode, devices
     or backend, the most against the least accurate, and the largest of those gaps."""
     comparisons, settings = tables["comparisons"], by_setting(tables)
     gaps = comparisons[comparisons["kind"] == "accuracy"]
-    note = ("Test accuracy is computed once over the whole test set, counts all-reduced across ranks "
-            "(not per rank).")
+    note = "Test accuracy is computed once over the whole test set, counts all-reduced across ranks (not per rank)."
     keys = [k for k in varied(tables) if k in BASELINE_KEYS]
     if gaps.empty:
         return not_measured("no setting finished in more than one mode") + " " + note
     lines = []
     for _, gap in gaps.iterrows():
         best, group = settings.loc[gap["setting"]], settings.loc[members(gap)]
-        parts = ", ".join(f"{who(r)} {stats.interval_text(tuple(v * 100 for v in stats.value(r, 'final_test_acc')), '{:.1f}', ' %')}"
-                          for _, r in group.iterrows())
-        verdict = "differ beyond noise" if gap["claim"] else ("within noise" if gap["repeats"] > 1 else
-                                                              "one run each: no claim")
+        parts = ", ".join(
+            f"{who(r)} {stats.interval_text(tuple(v * 100 for v in stats.value(r, 'final_test_acc')), '{:.1f}', ' %')}"
+            for _, r in group.iterrows()
+        )
+        verdict = (
+            "differ beyond noise"
+            if gap["claim"]
+            else ("within noise" if gap["repeats"] > 1 else "one run each: no claim")
+        )
         lines.append(f"- {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}: {parts}: {verdict}.")
     widest = gaps[gaps["largest"].astype(bool)].iloc[0]
     best, worst, claim = settings.loc[widest["setting"]], settings.loc[widest["other"]], widest["claim"]
-    head = (f"Final test accuracy differed by at most {widest['value'] * 100:.1f} points across modes at equal "
-            "settings "
-            f"(largest gap: {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}, {who(best)} {best['final_test_acc'] * 100:.1f} % "
-            f"vs {who(worst)} {worst['final_test_acc'] * 100:.1f} %"
-            + ("; beyond noise" if claim else "; within noise" if worst["repeats"] > 1 else "") + ").")
+    head = (
+        f"Final test accuracy differed by at most {widest['value'] * 100:.1f} points across modes at equal "
+        "settings "
+        f"(largest gap: {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}, "
+        f"{who(best)} {best['final_test_acc'] * 100:.1f} % "
+        f"vs {who(worst)} {worst['final_test_acc'] * 100:.1f} %"
+        + ("; beyond noise" if claim else "; within noise" if worst["repeats"] > 1 else "")
+        + ")."
+    )
     if len(lines) > LIST_LIMIT:
         lines = lines[:LIST_LIMIT] + [f"- ... {len(lines) - LIST_LIMIT} more groups in `results/tables/settings.csv`."]
     return head + "\n\n" + "\n".join(lines) + "\n\n" + note
 
 
 # ---- How much of each step is waiting for data? -----------------------------------------------
+
 
 def loader_name(loader: str, workers: int, augment: str | None = None) -> str:
     name = "loader device" if loader == "device" else f"loader torch/{plural(whole(workers), 'worker')}"
@@ -368,17 +440,26 @@ def data_wait(tables: Tables) -> str:
     if wait.empty:
         return not_measured(why_not_run(cells))
     loaders, setups = wait[wait["by"] == "loader"], wait[wait["by"] == "setup"]
-    named = [f"{percent(r['share'])} with "
-             f"{loader_name(r['loader'], r['workers'], r['augment'] if pd.notna(r['augment']) else None)}"
-             for _, r in loaders.iterrows()]
+    named = [
+        f"{percent(r['share'])} with "
+        f"{loader_name(r['loader'], r['workers'], r['augment'] if pd.notna(r['augment']) else None)}"
+        for _, r in loaders.iterrows()
+    ]
     text = f"Waiting for data took {named[0].replace(' with ', ' of the training time with ', 1)}"
     text += " (the only loader in this study)." if len(named) == 1 else f" vs {', '.join(named[1:])}."
-    return text + " By mode: " + ", ".join(
-        f"{setup_name(r['mode'], r['backend'], whole(r['gpus']), whole(r['nodes']))} {percent(r['share'])}"
-        for _, r in setups.iterrows()) + "."
+    return (
+        text
+        + " By mode: "
+        + ", ".join(
+            f"{setup_name(r['mode'], r['backend'], whole(r['gpus']), whole(r['nodes']))} {percent(r['share'])}"
+            for _, r in setups.iterrows()
+        )
+        + "."
+    )
 
 
 # ---- NCCL vs Gloo -----------------------------------------------------------------------------
+
 
 def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
     """NCCL against Gloo at otherwise equal settings: the comparisons of kind "backend"."""
@@ -387,17 +468,24 @@ def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
     keys_named = varied(tables)
     lines = []
     for _, pair in comparisons[comparisons["kind"] == "backend"].iterrows():
-        nccl, gloo, row = (settings.loc[pair["setting"]], settings.loc[pair["other"]],
-                           settings.loc[members(pair)[0]])
-        verdict = {1: "NCCL faster beyond noise", -1: "Gloo faster beyond noise",
-                   0: "within noise" if pair["repeats"] > 1 else "one run each: no claim"}[int(pair["claim"])]
-        lines.append(f"- {workload(row)} on {plural(row['devices'], 'device')} at {batch_phrase(row)}"
-                     f"{extra_keys(row, keys_named)}: NCCL reached {pair['value']:.2f}x the throughput of Gloo "
-                     f"({significant(nccl['samples_per_s'])} vs {significant(gloo['samples_per_s'])} samples/s): "
-                     f"{verdict}.")
+        nccl, gloo, row = (settings.loc[pair["setting"]], settings.loc[pair["other"]], settings.loc[members(pair)[0]])
+        verdict = {
+            1: "NCCL faster beyond noise",
+            -1: "Gloo faster beyond noise",
+            0: "within noise" if pair["repeats"] > 1 else "one run each: no claim",
+        }[int(pair["claim"])]
+        lines.append(
+            f"- {workload(row)} on {plural(row['devices'], 'device')} at {batch_phrase(row)}"
+            f"{extra_keys(row, keys_named)}: NCCL reached {pair['value']:.2f}x the throughput of Gloo "
+            f"({significant(nccl['samples_per_s'])} vs {significant(gloo['samples_per_s'])} samples/s): "
+            f"{verdict}."
+        )
     if lines:
-        text = "\n".join(lines[:LIST_LIMIT]) + (f"\n- ... {len(lines) - LIST_LIMIT} more in "
-                                                 "`results/tables/settings.csv`." if len(lines) > LIST_LIMIT else "")
+        text = "\n".join(lines[:LIST_LIMIT]) + (
+            f"\n- ... {len(lines) - LIST_LIMIT} more in `results/tables/settings.csv`."
+            if len(lines) > LIST_LIMIT
+            else ""
+        )
     else:
         missing = [b for b in ("nccl", "gloo") if finished(ddp_cells[ddp_cells["backend"] == b]).empty]
         why = "; ".join(why_not_run(ddp_cells[ddp_cells["backend"] == b], b.upper()) for b in missing)
@@ -408,6 +496,7 @@ def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
 
 
 # ---- Memory and utilisation -------------------------------------------------------------------
+
 
 def memory(tables: Tables) -> str:
     """Peak memory per rank: the spread between the fullest and the emptiest device, per mode (the
@@ -422,11 +511,15 @@ def memory(tables: Tables) -> str:
             continue
         m = rows[rows["largest"].astype(bool)].iloc[0]
         r = cells.set_index("cell").loc[m["cell"]]
-        lines.append(f"- {setup_name(r['mode'], r['backend'], r['gpus'], r['nodes'])}: the fullest device peaked at "
-                     f"{m['imbalance']:.2f}x the memory of the emptiest ({m['peak_mem_mb_max']:.0f} MB vs "
-                     f"{m['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)}).")
-    return ("\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "
-            "peak resident set on CPU (last epoch).")
+        lines.append(
+            f"- {setup_name(r['mode'], r['backend'], r['gpus'], r['nodes'])}: the fullest device peaked at "
+            f"{m['imbalance']:.2f}x the memory of the emptiest ({m['peak_mem_mb_max']:.0f} MB vs "
+            f"{m['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)})."
+        )
+    return (
+        "\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "
+        "peak resident set on CPU (last epoch)."
+    )
 
 
 def utilisation(tables: Tables) -> str:
@@ -435,24 +528,33 @@ def utilisation(tables: Tables) -> str:
     if means.empty:
         ran_on = ", ".join(text(d) for d in sorted(cells["env_device"].dropna().unique())) or "unknown"
         return not_measured(f"GPU utilisation was not sampled (the cells ran on {ran_on})")
-    lines = [f"- {code(cell)}: "
-             + ", ".join(f"GPU {text(whole(d))} {v:.0f} %" for d, v in zip(per["device"], per["gpu_util"]))
-             + " busy on average." for cell, per in means.groupby("cell", sort=True)]
+    lines = [
+        f"- {code(cell)}: "
+        + ", ".join(f"GPU {text(whole(d))} {v:.0f} %" for d, v in zip(per["device"], per["gpu_util"]))
+        + " busy on average."
+        for cell, per in means.groupby("cell", sort=True)
+    ]
     more = len(lines) - LIST_LIMIT
     return "\n".join(lines[:LIST_LIMIT]) + (
-        f"\n- ... {plural(more, 'more cell')} in `results/tables/util.csv`." if more > 0 else "")
+        f"\n- ... {plural(more, 'more cell')} in `results/tables/util.csv`." if more > 0 else ""
+    )
 
 
 # ---- Microbenchmarks --------------------------------------------------------------------------
+
 
 def kernels(table: pd.DataFrame | None) -> str:
     from dpstudy.report.text import kernels_table
 
     if table is None or table.empty:
-        return not_measured("custom kernels vs a Python loop vs PyTorch's ops (no kernel benchmark results, kernels.csv)")
+        return not_measured(
+            "custom kernels vs a Python loop vs PyTorch's ops (no kernel benchmark results, kernels.csv)"
+        )
     compact, skipped = kernels_table(table)
-    return (markdown_table(compact) + "\n\nMedian time per call; loops run on a part of the input and are scaled "
-            "to the whole." + "".join(f"\n- {line}" for line in skipped))
+    return (
+        markdown_table(compact) + "\n\nMedian time per call; loops run on a part of the input and are scaled "
+        "to the whole." + "".join(f"\n- {line}" for line in skipped)
+    )
 
 
 def comm(table: pd.DataFrame | None) -> str:
@@ -462,5 +564,7 @@ def comm(table: pd.DataFrame | None) -> str:
         return not_measured("the all-reduce bandwidth (no comm benchmark results, comm.csv)")
     compact, skipped = comm_table(table)
     text = markdown_table(compact) if not compact.empty else not_measured("no backend could run here")
-    return (text + "\n\nBus bandwidth as nccl-tests defines it (algorithm bandwidth x 2(n-1)/n), median over "
-            "iterations, slowest rank." + "".join(f"\n- {line}" for line in skipped))
+    return (
+        text + "\n\nBus bandwidth as nccl-tests defines it (algorithm bandwidth x 2(n-1)/n), median over "
+        "iterations, slowest rank." + "".join(f"\n- {line}" for line in skipped)
+    )

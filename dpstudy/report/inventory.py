@@ -2,6 +2,7 @@
 the compact listing of every cell. Markdown from the tables of dpstudy.analysis.collect: every string from
 a record (hostnames, paths, commits, job ids, nodes, cell ids, reasons) goes through
 dpstudy.report.text.text() or code(), so it shows as text."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,17 +31,19 @@ def gpu_summary(gpu_names: pd.Series) -> str:
 
 def environment(cells: pd.DataFrame, study: str) -> str:
     counts = ", ".join(f"{n} {text(status)}" for status, n in cells["status"].value_counts().items())
-    return "\n".join([
-        f"- **Study** {code(study)}: {plural(len(cells), 'cell')} ({counts})",
-        f"- **PyTorch** {values(cells['torch'])}{torch_origin(cells)}, CUDA {values(cells['cuda'], 'none')}, "
-        f"Python {values(cells['python'])}",
-        f"- **Host** {values(cells['hostname'])}; CPU: {values(cells['cpu'])}; "
-        f"GPUs: {gpu_summary(cells['gpu_names'])}",
-        f"- **Ran on** {values(cells['env_device'])}; world sizes {values(cells['world_size'])}; "
-        f"threads per process {values(cells['threads_per_process'])}",
-        f"- **Training code** git {values(cells['git_commit'])}, source hash {values(cells['source_hash'])}",
-        f"- **Jobs** {jobs(cells)}",
-    ])
+    return "\n".join(
+        [
+            f"- **Study** {code(study)}: {plural(len(cells), 'cell')} ({counts})",
+            f"- **PyTorch** {values(cells['torch'])}{torch_origin(cells)}, CUDA {values(cells['cuda'], 'none')}, "
+            f"Python {values(cells['python'])}",
+            f"- **Host** {values(cells['hostname'])}; CPU: {values(cells['cpu'])}; "
+            f"GPUs: {gpu_summary(cells['gpu_names'])}",
+            f"- **Ran on** {values(cells['env_device'])}; world sizes {values(cells['world_size'])}; "
+            f"threads per process {values(cells['threads_per_process'])}",
+            f"- **Training code** git {values(cells['git_commit'])}, source hash {values(cells['source_hash'])}",
+            f"- **Jobs** {jobs(cells)}",
+        ]
+    )
 
 
 def torch_origin(cells: pd.DataFrame) -> str:
@@ -88,16 +91,22 @@ def stale(cells: pd.DataFrame, stale_file: str) -> str:
         return "Every cell was made with the current training code."
     shown = 10  # the rest are in the stale file the rerun command reads
     names = ", ".join(code(c) for c in old["cell"].head(shown)) + (
-        f" and {len(old) - shown} more" if len(old) > shown else "")
+        f" and {len(old) - shown} more" if len(old) > shown else ""
+    )
     count = "1 cell was" if len(old) == 1 else f"{len(old)} cells were"
-    return (f"**{count} made with older training code (stale):** {names}. Rerun with\n\n"
-            + code_block(RERUN.format(stale=stale_file)))
+    return f"**{count} made with older training code (stale):** {names}. Rerun with\n\n" + code_block(
+        RERUN.format(stale=stale_file)
+    )
 
 
-LISTING = {"samples_per_s": ("samples/s", significant), "speedup": ("speedup", lambda v: f"{v:.2f}x"),
-           "efficiency": ("efficiency", lambda v: f"{v * 100:.0f} %"),
-           "final_test_acc": ("test acc", lambda v: f"{v * 100:.1f} %"),
-           "median_epoch_s": ("epoch", seconds), "total_s": ("job", seconds)}
+LISTING = {
+    "samples_per_s": ("samples/s", significant),
+    "speedup": ("speedup", lambda v: f"{v:.2f}x"),
+    "efficiency": ("efficiency", lambda v: f"{v * 100:.0f} %"),
+    "final_test_acc": ("test acc", lambda v: f"{v * 100:.1f} %"),
+    "median_epoch_s": ("epoch", seconds),
+    "total_s": ("job", seconds),
+}
 
 
 LISTING_LIMIT = 40  # rows; a larger study's cells are in cells.csv, its settings summarised above
@@ -116,11 +125,14 @@ def cell_listing(cells: pd.DataFrame, limit: int = LISTING_LIMIT) -> str:
     for column, (title, form) in LISTING.items():
         table[title] = ok[column].map(lambda v, form=form: "" if pd.isna(v) else form(v))
     table["stale"] = ok["stale"].map({True: "yes", False: ""})
-    rest = f"\n\n... and {plural(more, 'more finished cell')}: `results/tables/cells.csv` has every cell." if more > 0 else ""
+    rest = (
+        f"\n\n... and {plural(more, 'more finished cell')}: `results/tables/cells.csv` has every cell."
+        if more > 0
+        else ""
+    )
     return markdown_table(table) + rest
 
 
 def configuration(path: str | Path) -> str:
     """The report's last section: the study's config file (`path`, which exists) shown as it is."""
-    return (f"## Configuration\n\n{code(path)}:\n\n"
-            + code_block(Path(path).read_text(encoding="utf-8"), "yaml"))
+    return f"## Configuration\n\n{code(path)}:\n\n" + code_block(Path(path).read_text(encoding="utf-8"), "yaml")

@@ -7,6 +7,7 @@ settings that share the pivot's two keys, so the rest of the varied keys are agg
 says which), the number of values of each varied key the `varied` table's; the extremes are rows of
 the settings table (dpstudy.analysis.stats.settings_table). This module only phrases them.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -23,8 +24,9 @@ def aggregated(settings: pd.DataFrame, shown: list[str]) -> list[str]:
     """The varied keys a median over `shown` folds together (restatements of shown keys left out)."""
     from dpstudy.analysis.stats import varied_keys
 
-    return [k for k in varied_keys(settings) if k not in shown
-            and not any(same_partition(settings, k, s) for s in shown)]
+    return [
+        k for k in varied_keys(settings) if k not in shown and not any(same_partition(settings, k, s) for s in shown)
+    ]
 
 
 def label(value) -> str:
@@ -42,8 +44,9 @@ def pivot(squares: pd.DataFrame, cell) -> pd.DataFrame:
     no setting is."""
     first = squares.iloc[0]
     rows, cols = first["row_key"], first["column_key"] if pd.notna(first["column_key"]) else None
-    entries = {(square["row"], square["column"] if cols else "median"): cell(square)
-               for _, square in squares.iterrows()}
+    entries = {
+        (square["row"], square["column"] if cols else "median"): cell(square) for _, square in squares.iterrows()
+    }
     table = pd.Series(entries, dtype=object)
     table.index = pd.MultiIndex.from_tuples(table.index)
     wide = table.unstack(1)
@@ -108,17 +111,22 @@ def extremes(multi: pd.DataFrame, keys: list[str], limit: int) -> str:
 
     if len(ranked) <= 2 * limit:
         return f"**Every multi-device setting by speedup** (speedup [95 % interval]):\n\n{table(ranked)}"
-    return (f"**The {limit} highest speedups** (speedup [95 % interval]):\n\n{table(ranked.head(limit))}\n\n"
-            f"**The {limit} lowest:**\n\n{table(ranked.tail(limit).iloc[::-1])}")
+    return (
+        f"**The {limit} highest speedups** (speedup [95 % interval]):\n\n{table(ranked.head(limit))}\n\n"
+        f"**The {limit} lowest:**\n\n{table(ranked.tail(limit).iloc[::-1])}"
+    )
 
 
-def overview(tables: dict[str, pd.DataFrame], limit: int = 5, tables_dir: str = "results/tables",
-             small: int = 12) -> str:
+def overview(
+    tables: dict[str, pd.DataFrame], limit: int = 5, tables_dir: str = "results/tables", small: int = 12
+) -> str:
     """Markdown: the varied keys, pivots of median speedup / efficiency and final accuracy over the
     two keys with the most values, the `limit` highest and lowest speedups, and where the rest is."""
     settings = tables["settings"]
-    pointer = (f"Every setting with its interval and repeats: {code(f'{tables_dir}/settings.csv')}; every cell, those "
-               f"that did not finish included: {code(f'{tables_dir}/cells.csv')}.")
+    pointer = (
+        f"Every setting with its interval and repeats: {code(f'{tables_dir}/settings.csv')}; every cell, those "
+        f"that did not finish included: {code(f'{tables_dir}/cells.csv')}."
+    )
     if settings.empty:
         return f"No setting finished: there is nothing to summarise. {pointer}"
     squares = tables["pivot"]
@@ -130,11 +138,15 @@ def overview(tables: dict[str, pd.DataFrame], limit: int = 5, tables_dir: str = 
     if keys:
         speedups, accuracies = squares[squares["of"] == "multi"], squares[squares["of"] == "all"]
         if not multi["speedup"].dropna().empty:
-            parts.append(f"**Speedup (efficiency)** of the multi-device settings, {folded(multi, keys)}:\n\n"
-                         + capped(pivot(speedups, speedup_entry), "speedups"))
+            parts.append(
+                f"**Speedup (efficiency)** of the multi-device settings, {folded(multi, keys)}:\n\n"
+                + capped(pivot(speedups, speedup_entry), "speedups")
+            )
         if not settings["final_test_acc"].dropna().empty:
-            parts.append(f"**Final test accuracy** of every setting, {folded(settings, keys)}:\n\n"
-                         + capped(pivot(accuracies, accuracy_entry), "accuracies"))
+            parts.append(
+                f"**Final test accuracy** of every setting, {folded(settings, keys)}:\n\n"
+                + capped(pivot(accuracies, accuracy_entry), "accuracies")
+            )
     parts.append(extremes(multi, list(tables["varied"]["key"]) or keys, limit))
     parts.append(pointer)
     return "\n\n".join(p for p in parts if p)

@@ -1,5 +1,6 @@
 """The source reports side by side with ours: their published figure, ours, and whether their
 finding holds here (the comparisons are in sources.yaml, next to this file)."""
+
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,12 @@ from dpstudy.report.text import markdown_table, significant, text
 
 SOURCES_FILE = Path(__file__).with_name("sources.yaml")
 # metric -> (cells.csv column, scale to the source's unit, unit)
-METRICS = {"epoch_s": ("median_epoch_s", 1.0, "s"), "total_s": ("epochs_s", 1.0, "s"),
-           "test_acc": ("final_test_acc", 100.0, "%"), "mem_mb": ("peak_mem_mb_max", 1.0, "MB")}
+METRICS = {
+    "epoch_s": ("median_epoch_s", 1.0, "s"),
+    "total_s": ("epochs_s", 1.0, "s"),
+    "test_acc": ("final_test_acc", 100.0, "%"),
+    "mem_mb": ("peak_mem_mb_max", 1.0, "MB"),
+}
 FINDINGS = ("b_lower", "b_higher", "similar")
 # Time metrics: "is b faster than a" is answered with b's speedup over a, the throughput ratio of
 # dpstudy.analysis.stats (the number the rest of the report quotes when a is b's single-device baseline).
@@ -51,8 +56,13 @@ def our_side(cells: pd.DataFrame, side: dict[str, Any], metric: str) -> dict[str
         ok = found[found["status"] == "ok"]
         if not ok.empty:
             value = stats.mean_interval(ok[column] * scale, log=metric in TIMES)
-            return {"value": value, "want": want, "repeats": len(ok), "values": (ok[column] * scale).tolist(),
-                    "speeds": ok["samples_per_s"].tolist()}
+            return {
+                "value": value,
+                "want": want,
+                "repeats": len(ok),
+                "values": (ok[column] * scale).tolist(),
+                "speeds": ok["samples_per_s"].tolist(),
+            }
         tried.append(found)
     found = pd.concat(tried)
     if found.empty:
@@ -61,8 +71,9 @@ def our_side(cells: pd.DataFrame, side: dict[str, Any], metric: str) -> dict[str
     return {"missing": "cannot run here: " + "; ".join(reasons)}
 
 
-def verdict(finding: str, a: dict, b: dict, tolerance: float | None, names: tuple[str, str] = ("a", "b"),
-            metric: str = "") -> str:
+def verdict(
+    finding: str, a: dict, b: dict, tolerance: float | None, names: tuple[str, str] = ("a", "b"), metric: str = ""
+) -> str:
     """Does their finding hold for our a and b? For a time, the ratio quoted is b's speedup over a
     (throughput b / a, with its interval); otherwise the ratio b / a of the metric."""
     if "missing" in a or "missing" in b:
@@ -107,20 +118,36 @@ def side_by_side(study: str, cells: pd.DataFrame, stand_in: bool = False) -> str
     source = sources().get(study)
     if source is None:
         return None
-    head = (f"Source {text(source['source'])} ran on {text(source['hardware'])}; this study ran on "
-            f"{', '.join(text(d) for d in sorted(cells['env_device'].dropna().unique())) or 'no device'}"
-            + (" with generated stand-ins for the datasets (config `stand_in`)" if stand_in else "") + ".")
+    head = (
+        f"Source {text(source['source'])} ran on {text(source['hardware'])}; this study ran on "
+        f"{', '.join(text(d) for d in sorted(cells['env_device'].dropna().unique())) or 'no device'}"
+        + (" with generated stand-ins for the datasets (config `stand_in`)" if stand_in else "")
+        + "."
+    )
     if not source["comparisons"]:
         return head + " The source publishes no figure to compare with."
     rows = []
     for c in source["comparisons"]:
         unit = METRICS[c["metric"]][2]
         a, b = our_side(cells, c["a"], c["metric"]), our_side(cells, c["b"], c["metric"])
-        rows.append({"question": c["question"],
-                     "theirs": f"{c['a']['label']}: {c['a']['theirs']:g} {unit}; {c['b']['label']}: {c['b']['theirs']:g} {unit}",
-                     "ours": f"{ours_text(c['a'], a, unit)}; {ours_text(c['b'], b, unit)}",
-                     "their finding": c["says"], "holds here?": verdict(c["finding"], a, b, c.get("tolerance"),
-                                                                     (c["a"]["label"], c["b"]["label"]), c["metric"])})
-    return head + "\n\n" + markdown_table(pd.DataFrame(rows)) + (
-        "\n\nTimes are not comparable across hardware or data: the question is whether the source's finding, "
-        "a relation between two of its cells, holds between the same two cells here.")
+        rows.append(
+            {
+                "question": c["question"],
+                "theirs": f"{c['a']['label']}: {c['a']['theirs']:g} {unit}; "
+                f"{c['b']['label']}: {c['b']['theirs']:g} {unit}",
+                "ours": f"{ours_text(c['a'], a, unit)}; {ours_text(c['b'], b, unit)}",
+                "their finding": c["says"],
+                "holds here?": verdict(
+                    c["finding"], a, b, c.get("tolerance"), (c["a"]["label"], c["b"]["label"]), c["metric"]
+                ),
+            }
+        )
+    return (
+        head
+        + "\n\n"
+        + markdown_table(pd.DataFrame(rows))
+        + (
+            "\n\nTimes are not comparable across hardware or data: the question is whether the source's finding, "
+            "a relation between two of its cells, holds between the same two cells here."
+        )
+    )

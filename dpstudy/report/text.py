@@ -4,6 +4,7 @@ the report (the microbenchmarks pivoted, the rows that did not run collapsed int
 Text from records, configs, logs or the scheduler is text: `text()` and `code()` make any value safe
 to paste into the report's markdown (no HTML runs, no markdown changes its meaning), and mark the
 result `Safe` so that it is not escaped twice."""
+
 from __future__ import annotations
 
 import html
@@ -141,8 +142,11 @@ def kernels_table(kernels: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     ext = ran[ran["impl"] == "extension"].set_index(["op", "shape", "device"])
     table["extension vs loop"] = ext["speedup_vs_loop"].reindex(table.index).map(times)
     table["extension vs PyTorch"] = ext["speedup_vs_pytorch"].reindex(table.index).map(times)
-    lines = not_run_lines(skipped.assign(status="not run"), "measurement",
-                          lambda r: f"{r.op} {r.impl} on {r.device}") if not skipped.empty else []
+    lines = (
+        not_run_lines(skipped.assign(status="not run"), "measurement", lambda r: f"{r.op} {r.impl} on {r.device}")
+        if not skipped.empty
+        else []
+    )
     return table.reset_index(), lines
 
 
@@ -153,9 +157,12 @@ def comm_table(comm: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     skipped = comm[comm["reason"].notna()].drop_duplicates(["backend", "device", "reason"])
     table = pd.DataFrame()
     if not ran.empty:
-        ran = ran.assign(setup=ran["backend"] + " on " + ran["device"] + ", " + ran["world_size"].astype(str) + " ranks")
-        wide = ran.pivot_table(index=["bytes", "size"], columns="setup", values=["busbw_gbps", "median_s"],
-                               aggfunc="first").sort_index()
+        ran = ran.assign(
+            setup=ran["backend"] + " on " + ran["device"] + ", " + ran["world_size"].astype(str) + " ranks"
+        )
+        wide = ran.pivot_table(
+            index=["bytes", "size"], columns="setup", values=["busbw_gbps", "median_s"], aggfunc="first"
+        ).sort_index()
         table = pd.DataFrame(index=wide.index)
         for setup in sorted(ran["setup"].unique()):
             table[f"{setup}: bus GB/s"] = wide[("busbw_gbps", setup)].map(significant)

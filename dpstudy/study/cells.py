@@ -1,7 +1,9 @@
 """Cell ids (docs/design.md, Cells): readable, stable, one per distinct setting of the study."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def value_token(value: Any) -> str:
@@ -20,7 +22,9 @@ ID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
 def base_id(spec: dict[str, Any]) -> str:
     """{dataset}-{model}-{mode}-g{gpus}-b{batch}-{backend}, then -nodes{n} for a multi-node cell."""
     nodes = spec.get("nodes", 1)
-    return "{dataset}-{model}-{mode}-g{gpus}-b{batch}-{backend}".format(**spec) + (f"-nodes{nodes}" if nodes > 1 else "")
+    return "{dataset}-{model}-{mode}-g{gpus}-b{batch}-{backend}".format(**spec) + (
+        f"-nodes{nodes}" if nodes > 1 else ""
+    )
 
 
 def cell_id(spec: dict[str, Any], varied: Iterable[str] = (), repeats: int = 1) -> str:

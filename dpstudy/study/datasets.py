@@ -1,5 +1,6 @@
 """A study's dataset overrides (config `datasets`), checked against the registry when the study
 loads, so a wrong key stops the workflow before any job starts."""
+
 from __future__ import annotations
 
 from dpstudy.data.registry import DOWNLOADED_ONLY, GENERATED_ONLY, info

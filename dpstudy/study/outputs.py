@@ -1,5 +1,6 @@
 """Every path the workflow writes under results/, named once: the rules, the jobs and the report
 read them from here. Relative paths: the workflow runs in its working directory."""
+
 from __future__ import annotations
 
 RESULTS = "results"
@@ -15,12 +16,36 @@ LOGS_DIR = f"{RESULTS}/logs"
 # dpstudy.analysis.collect writes one CSV per table, and the list of stale records: the tables of
 # records (cells ... util), then what collect.summarise derives from them; every number the report
 # states is a column of one of them.
-TABLES = ("cells", "epochs", "ranks", "util", "settings", "scaling", "scaling_settings", "comparisons", "summary",
-          "data_wait", "memory", "util_means", "varied", "pivot")
+TABLES = (
+    "cells",
+    "epochs",
+    "ranks",
+    "util",
+    "settings",
+    "scaling",
+    "scaling_settings",
+    "comparisons",
+    "summary",
+    "data_wait",
+    "memory",
+    "util_means",
+    "varied",
+    "pivot",
+)
 STALE_FILE = "stale.txt"
 # dpstudy.report.figures draws one function per file.
-FIGURES = ("overview.png", "throughput.png", "scaling.png", "model.png", "epoch_split.png",
-           "accuracy_epochs.png", "accuracy_batch.png", "memory.png", "backends.png", "utilisation.png")
+FIGURES = (
+    "overview.png",
+    "throughput.png",
+    "scaling.png",
+    "model.png",
+    "epoch_split.png",
+    "accuracy_epochs.png",
+    "accuracy_batch.png",
+    "memory.png",
+    "backends.png",
+    "utilisation.png",
+)
 # The microbenchmarks (config `bench`): the CSV and the figure of each.
 BENCHMARKS = ("kernels", "comm")
 REPORT_HTML = f"{REPORT_DIR}/report.html"

@@ -6,6 +6,7 @@ mpi) and those snakemake-executor-plugin-slurm and the cluster-generic submit te
 are per node where the scheduler counts per node (mem_mb, cpus_per_task, gres), and a None
 leaves a resource unset (Snakemake drops it).
 """
+
 from __future__ import annotations
 
 from typing import Any

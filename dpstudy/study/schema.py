@@ -1,4 +1,5 @@
 """The study schema (dpstudy/study/schema.yaml): loading, validation with readable errors, defaults."""
+
 from __future__ import annotations
 
 import functools

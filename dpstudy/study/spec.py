@@ -4,6 +4,7 @@
 naming the key, fills the documented defaults from dpstudy/study/schema.yaml and checks the rules that
 JSON Schema cannot express (registries, backend per mode, batch divisibility).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ from typing import Any
 
 from dpstudy.study import schema
 from dpstudy.util.errors import ConfigError
+
 
 def load_spec(text_or_path: str) -> dict[str, Any]:
     """Parse a SPEC argument: a JSON object inline, or the path of a JSON file."""

@@ -1,18 +1,17 @@
 """A study config -> the cells table (docs/design.md, Cells), validated before any job exists."""
+
 from __future__ import annotations
 
 import copy
-import json
 import itertools
-from dataclasses import dataclass
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from dpstudy.study import schema
-
-from dpstudy.study import spec as specs
 from dpstudy.ext import arch as ext_arch
-from dpstudy.study import datasets
+from dpstudy.study import datasets, schema
+from dpstudy.study import spec as specs
 from dpstudy.study.cells import cell_id
 from dpstudy.util.errors import ConfigError
 
@@ -85,8 +84,9 @@ def load(config: dict[str, Any]) -> dict[str, Any]:
         grid = sweep.get("grid", {})
         unknown = sorted(set(grid) - allowed)
         if unknown:
-            raise ConfigError(f"sweep {sweep['name']!r}: unknown grid key {unknown[0]!r}; "
-                              f"allowed: {', '.join(sorted(allowed))}")
+            raise ConfigError(
+                f"sweep {sweep['name']!r}: unknown grid key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}"
+            )
         for key, values in grid.items():  # before pruning compares them
             ref = "spec" if key in schema.property_names("spec") else "settings"
             for value in values:
@@ -136,9 +136,14 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
         if kept is None:
             continue
         repeats = settings.pop("repeats")
-        raw = {**{k: v for k, v in settings.items() if k not in SWEPT_SPEC_KEYS}, **kept,
-               "dataset": dataset_of(study, sweep), "model": sweep["model"],
-               "device": study["device"], "data_root": study["data_root"]}
+        raw = {
+            **{k: v for k, v in settings.items() if k not in SWEPT_SPEC_KEYS},
+            **kept,
+            "dataset": dataset_of(study, sweep),
+            "model": sweep["model"],
+            "device": study["device"],
+            "data_root": study["data_root"],
+        }
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)
             cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec, resources))
@@ -147,8 +152,9 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
         raise ConfigError(f"{where}mode ddp needs backend nccl or gloo in grid.backend")
     most_nodes = max(sweep.get("grid", {}).get("nodes", [1]))
     if most_nodes > 1 and "ddp" not in modes:
-        raise ConfigError(f"{where}nodes {most_nodes} needs mode ddp in grid.mode: "
-                          "single and dp run as one process on one node")
+        raise ConfigError(
+            f"{where}nodes {most_nodes} needs mode ddp in grid.mode: single and dp run as one process on one node"
+        )
     return cells
 
 
@@ -164,7 +170,8 @@ def expand(study: dict[str, Any]) -> list[Cell]:
                 differing = sorted(k for k in cell.spec if cell.spec[k] != seen.spec.get(k))
                 raise ConfigError(
                     f"sweeps {seen.sweep!r} and {cell.sweep!r} both define cell {cell.id} with different "
-                    f"{', '.join(differing)}; vary those keys in a grid or give the sweeps distinct grids")
+                    f"{', '.join(differing)}; vary those keys in a grid or give the sweeps distinct grids"
+                )
     return list(cells.values())
 
 

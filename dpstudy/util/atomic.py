@@ -1,5 +1,6 @@
 """Atomic outputs: a reader (or Snakemake) sees the old file or the complete new one, never a
 half-written one, and a killed writer leaves nothing that looks finished."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """Content hashes of file sets: what the extension was built from, what a record was trained with."""
+
 from __future__ import annotations
 
 import hashlib

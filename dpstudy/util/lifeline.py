@@ -6,6 +6,7 @@ Linux's parent-death signal (prctl PR_SET_PDEATHSIG) ties a process to its paren
 the parent dies, however it dies, the kernel sends the signal. The launcher ties itself to
 Snakemake, its child (torchrun, srun or python) to itself, and every rank ties itself to torchrun.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -3,10 +3,12 @@
 `session()` is the only place that calls nvmlInit and nvmlShutdown; `query()` asks one question
 inside a session of its own, and a long reader (the engine's utilisation sampler) keeps one open.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -1,4 +1,5 @@
 """A free TCP port for a rendezvous (torchrun's c10d store, a test's process group)."""
+
 from __future__ import annotations
 
 import socket

@@ -1,5 +1,6 @@
 """Short subprocess queries that must never hang a job, and whose failure is an answer: git's
 commit, SLURM's and the other schedulers' client tools, a compiler's --version."""
+
 from __future__ import annotations
 
 import subprocess

@@ -5,6 +5,7 @@ study runs through it to the HTML report: cells on one node, a DDP cell over two
 srun torchrun, and two cells that SLURM stops at their time and memory limits. Then a cell is
 cancelled mid-run with scancel and rerun. A local run of the same cells is the reference.
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,15 +18,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from dpstudy.record import fields as record
 from helpers.slurm_cluster import SlurmCluster, unavailable
 from helpers.workflow import copy_checkout, dry_run, snakemake, start_snakemake, wait_for_text
 
+from dpstudy.record import fields as record
+
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
-ONE_NODE = {"name": "modes", "dataset": "synthetic", "model": "lenet",
-            "grid": {"mode": ["single", "dp", "ddp"], "gpus": [1, 2], "batch": [64], "backend": ["gloo"]}}
+ONE_NODE = {
+    "name": "modes",
+    "dataset": "synthetic",
+    "model": "lenet",
+    "grid": {"mode": ["single", "dp", "ddp"], "gpus": [1, 2], "batch": [64], "backend": ["gloo"]},
+}
 STUDY = {
     "study": "slurm_test",
     "request_gpus": "always",  # the fake GPUs are reserved and accounted; the cells run on the CPU
@@ -35,24 +40,49 @@ STUDY = {
     "resources": {"mem_mb_per_process": 1500, "runtime_min": 10},  # plus mem_mb_per_job's 1000 per job
     "sweeps": [
         ONE_NODE,
-        {"name": "nodes", "dataset": "synthetic", "model": "lenet",
-         "grid": {"mode": ["ddp"], "gpus": [1], "nodes": [2], "batch": [64], "backend": ["gloo"]}},
-        {"name": "slow", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [8]},
-         "set": {"epochs": 1000}, "resources": {"runtime_min": 1}},
-        {"name": "big", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [16]},
-         "resources": {"mem_mb_per_process": 200, "mem_mb_per_job": 0}},
+        {
+            "name": "nodes",
+            "dataset": "synthetic",
+            "model": "lenet",
+            "grid": {"mode": ["ddp"], "gpus": [1], "nodes": [2], "batch": [64], "backend": ["gloo"]},
+        },
+        {
+            "name": "slow",
+            "dataset": "synthetic",
+            "model": "lenet",
+            "grid": {"mode": ["single"], "batch": [8]},
+            "set": {"epochs": 1000},
+            "resources": {"runtime_min": 1},
+        },
+        {
+            "name": "big",
+            "dataset": "synthetic",
+            "model": "lenet",
+            "grid": {"mode": ["single"], "batch": [16]},
+            "resources": {"mem_mb_per_process": 200, "mem_mb_per_job": 0},
+        },
     ],
 }
 LOCAL = {**STUDY, "sweeps": [ONE_NODE]}
-ONE_NODE_CELLS = {"synthetic-lenet-single-g1-b64-none", "synthetic-lenet-dp-g1-b64-none",
-                  "synthetic-lenet-dp-g2-b64-none", "synthetic-lenet-ddp-g1-b64-gloo",
-                  "synthetic-lenet-ddp-g2-b64-gloo"}
+ONE_NODE_CELLS = {
+    "synthetic-lenet-single-g1-b64-none",
+    "synthetic-lenet-dp-g1-b64-none",
+    "synthetic-lenet-dp-g2-b64-none",
+    "synthetic-lenet-ddp-g1-b64-gloo",
+    "synthetic-lenet-ddp-g2-b64-gloo",
+}
 TWO_NODES = "synthetic-lenet-ddp-g1-b64-gloo-nodes2"
 TIMED_OUT = "synthetic-lenet-single-g1-b8-none-epochs1000"
 OUT_OF_MEMORY = "synthetic-lenet-single-g1-b16-none"
 # The tests' own speed-ups: the first status check after 2 s instead of 40 s.
-SLURM_ARGS = ("--profile", "profiles/slurm", "--slurm-status-command", "squeue",
-              "--slurm-init-seconds-before-status-checks", "2")
+SLURM_ARGS = (
+    "--profile",
+    "profiles/slurm",
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-init-seconds-before-status-checks",
+    "2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +157,9 @@ def test_concurrent_gpu_jobs_saw_distinct_gpus(cluster, slurm_run):
         job = finished[attempt["job_id"]]
         times = [datetime.fromisoformat(job[k]) for k in ("StartTime", "EndTime")]
         spans.append((*times, job["NodeList"], set(attempt["cuda_visible_devices"].split(","))))
-    overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:]
-                   if a[2] == b[2] and a[0] < b[1] and b[0] < a[1]]
+    overlapping = [
+        (a, b) for i, a in enumerate(spans) for b in spans[i + 1 :] if a[2] == b[2] and a[0] < b[1] and b[0] < a[1]
+    ]
     assert overlapping, "no two GPU jobs ran at once on one node"
     for a, b in overlapping:
         assert not a[3] & b[3], f"jobs running together on {a[2]} shared GPUs {a[3]} and {b[3]}"
@@ -138,8 +169,16 @@ def comparable(rec: dict) -> dict:
     """A record without its timing and host fields."""
     rec = copy.deepcopy(rec)
     for epoch in rec["epochs"]:
-        for key in ("wall_s", "eval_s", "data_wait_s", "compute_s", "samples_per_s", "peak_mem_mb", "steady_s",
-                    "other_load"):
+        for key in (
+            "wall_s",
+            "eval_s",
+            "data_wait_s",
+            "compute_s",
+            "samples_per_s",
+            "peak_mem_mb",
+            "steady_s",
+            "other_load",
+        ):
             epoch.pop(key)
     for key in ("median_epoch_s", "samples_per_s", "startup_s", "total_s"):
         rec["summary"].pop(key)
@@ -167,10 +206,16 @@ def test_a_two_node_cell_runs_srun_torchrun_with_a_rank_on_each_node(cluster, sl
     assert sorted(r["node"] for r in rec["env"]["ranks"]) == ["n1", "n2"]
     assert cluster.finished_jobs()[rec["env"]["job"]["job_id"]]["NodeList"] == "n[1-2]"
     log = (workdir / f"results/cells/{TWO_NODES}/train.log").read_text()
-    assert re.search(r"running: srun --nodes=2 --ntasks=2 --ntasks-per-node=1 .*torchrun --nnodes=2 "
-                     r"--nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=127\.0\.0\.1:\d+", log)
+    assert re.search(
+        r"running: srun --nodes=2 --ntasks=2 --ntasks-per-node=1 .*torchrun --nnodes=2 "
+        r"--nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=127\.0\.0\.1:\d+",
+        log,
+    )
     cells = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
-    assert cells.loc[TWO_NODES, "devices"] == 2 and sorted(cells.loc[TWO_NODES, "rank_nodes"].split("; ")) == ["n1", "n2"]
+    assert cells.loc[TWO_NODES, "devices"] == 2 and sorted(cells.loc[TWO_NODES, "rank_nodes"].split("; ")) == [
+        "n1",
+        "n2",
+    ]
     html = (workdir / "results/report/report.html").read_text()
     assert "Intra- vs inter-node scaling" in html and "spread over 2 nodes" in html
 
@@ -179,10 +224,15 @@ def test_time_and_memory_limits_become_failed_cells_with_slurms_reason(slurm_run
     workdir, _ = slurm_run
     timed_out, out_of_memory = records(workdir)[TIMED_OUT], records(workdir)[OUT_OF_MEMORY]
     assert timed_out["status"] == out_of_memory["status"] == "failed"
-    assert re.fullmatch(r"SLURM job \d+ was stopped at its time limit of 00:01:00 after 00:01:\d\d "
-                        r"\(state TIMEOUT, reason TimeLimit\)", timed_out["reason"])
-    assert re.search(r"SLURM job \d+ was stopped at its memory limit .*exceeded memory limit \(\d+ > 209715200\)",
-                     out_of_memory["reason"])
+    assert re.fullmatch(
+        r"SLURM job \d+ was stopped at its time limit of 00:01:00 after 00:01:\d\d "
+        r"\(state TIMEOUT, reason TimeLimit\)",
+        timed_out["reason"],
+    )
+    assert re.search(
+        r"SLURM job \d+ was stopped at its memory limit .*exceeded memory limit \(\d+ > 209715200\)",
+        out_of_memory["reason"],
+    )
     html = (workdir / "results/report/report.html").read_text()
     assert "was stopped at its time limit" in html and "was stopped at its memory limit" in html
 
@@ -193,9 +243,15 @@ def test_a_cancelled_cell_leaves_no_record_and_a_rerun_runs_just_it(cluster, slu
     tables_before = pd.read_csv(workdir / "results/tables/cells.csv").set_index("cell")
     long_cell = "synthetic-lenet-ddp-g2-b8-gloo-epochs60"
     config = copy.deepcopy(STUDY)
-    config["sweeps"].append({"name": "long", "dataset": "synthetic", "model": "lenet",
-                             "grid": {"mode": ["ddp"], "gpus": [2], "batch": [8], "backend": ["gloo"]},
-                             "set": {"epochs": 60}})
+    config["sweeps"].append(
+        {
+            "name": "long",
+            "dataset": "synthetic",
+            "model": "lenet",
+            "grid": {"mode": ["ddp"], "gpus": [2], "batch": [8], "backend": ["gloo"]},
+            "set": {"epochs": 60},
+        }
+    )
     proc = start_snakemake(workdir, *SLURM_ARGS, config=config, env=cluster.env)
     try:
         wait_for_text(workdir / f"results/cells/{long_cell}/train.log", "epoch 1/", proc)
@@ -219,11 +275,21 @@ def test_the_cluster_generic_profile_submits_through_its_template(cluster, local
     """profiles/cluster-generic with dpstudy.jobs.schedulers' SLURM flavour: the same path a PBS, SGE or
     LSF user takes, run against a real scheduler."""
     workdir = copy_checkout(tmp_path)
-    commands = {action: f"python -m dpstudy.jobs.schedulers --scheduler slurm {action}"
-                for action in ("submit", "status", "cancel")}
-    snakemake(workdir, "--profile", "profiles/cluster-generic", "--seconds-between-status-checks", "2",
-              *(arg for action, cmd in commands.items() for arg in (f"--cluster-generic-{action}-cmd", cmd)),
-              config=LOCAL, env=cluster.env, timeout=900)
+    commands = {
+        action: f"python -m dpstudy.jobs.schedulers --scheduler slurm {action}"
+        for action in ("submit", "status", "cancel")
+    }
+    snakemake(
+        workdir,
+        "--profile",
+        "profiles/cluster-generic",
+        "--seconds-between-status-checks",
+        "2",
+        *(arg for action, cmd in commands.items() for arg in (f"--cluster-generic-{action}-cmd", cmd)),
+        config=LOCAL,
+        env=cluster.env,
+        timeout=900,
+    )
     finished = cluster.finished_jobs()
     ran, local = records(workdir), records(local_run)
     assert set(ran) == ONE_NODE_CELLS

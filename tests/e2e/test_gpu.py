@@ -9,26 +9,28 @@
   what the extension's operators do under autocast (they are not cast: they run in float32);
 - CUDA memory accounting: dpstudy.engine.monitor's peaks are torch.cuda's and reset with reset_peaks.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import random
 import secrets
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import REPO
 
 import dpstudy.ext
 from dpstudy.ext import reference
-from helpers import REPO
 
 EXT_TEST_DIR = REPO / "results" / "ext-test"  # the build test_ext.py and test_bench.py use: one nvcc run
 CUDA = torch.cuda.is_available()
 SEED = int(os.environ.get("DPSTUDY_GPU_SEED") or secrets.randbelow(2**31))
-REPLAY = f"shapes drawn from seed {SEED}; replay with DPSTUDY_GPU_SEED={SEED} python -m pytest -m gpu tests/e2e/test_gpu.py"
+REPLAY = (
+    f"shapes drawn from seed {SEED}; replay with DPSTUDY_GPU_SEED={SEED} python -m pytest -m gpu tests/e2e/test_gpu.py"
+)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs CUDA")]
 _rng = random.Random(SEED)
 
@@ -81,13 +83,17 @@ def _generator() -> torch.Generator:
 
 # ---- shapes never seen before: drawn at collection from this run's seed -----------------------
 
+
 def _gray_cases() -> list:
     cases = []
     for layout in ("contiguous", "channels_last", "strided", "transposed"):
         for batch in (None, 1, _rng.randint(2, 7)):
             height, width = 2 * _rng.randint(0, 90) + 1, _rng.randint(1, 181)  # odd heights
-            cases.append(pytest.param((batch, height, width, layout),
-                                      id=f"{batch or ''}{'x' if batch else ''}3x{height}x{width}-{layout}"))
+            cases.append(
+                pytest.param(
+                    (batch, height, width, layout), id=f"{batch or ''}{'x' if batch else ''}3x{height}x{width}-{layout}"
+                )
+            )
     return cases
 
 
@@ -103,8 +109,11 @@ def _conv_cases(count: int = 8) -> list:
         bias = _rng.random() < 0.7
         layout = ("contiguous", "channels_last", "strided")[i % 3]
         case = (n, c, h, w, o, kh, kw, (sh, sw), (ph, pw), bias, layout)
-        cases.append(pytest.param(case, id=f"{n}x{c}x{h}x{w}-o{o}-k{kh}x{kw}-s{sh}x{sw}-p{ph}x{pw}"
-                                           f"{'-bias' if bias else ''}-{layout}"))
+        cases.append(
+            pytest.param(
+                case, id=f"{n}x{c}x{h}x{w}-o{o}-k{kh}x{kw}-s{sh}x{sw}-p{ph}x{pw}{'-bias' if bias else ''}-{layout}"
+            )
+        )
     return cases
 
 
@@ -127,6 +136,7 @@ GRAY_CASES, CONV_CASES, POOL_CASES = _gray_cases(), _conv_cases(), _pool_cases()
 
 # ---- rgb_to_grayscale --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case", GRAY_CASES)
 def test_grayscale_kernel_matches_reference(ops, case):
     batch, height, width, layout = case
@@ -147,6 +157,7 @@ def test_grayscale_kernel_rounds_every_rgb_triple_exactly(ops):
 
 # ---- conv2d ------------------------------------------------------------------------------------
 
+
 def _conv_inputs(case, dtype=torch.float32):
     n, c, h, w, o, kh, kw, stride, padding, bias, layout = case
     g = _generator()
@@ -166,13 +177,18 @@ def test_conv2d_kernels_match_pytorch_forward_and_backward(ops, case):
     ref = F.conv2d(exact[0], exact[1], exact[2] if bias is not None else None, stride, padding)
     torch.testing.assert_close(ours, ref.float(), rtol=1e-4, atol=1e-4, msg=_message)
     grad = torch.randn(ours.shape, device="cuda", generator=_generator())
-    for name, got, want in zip(("input", "weight", "bias"), torch.autograd.grad(ours, leaves, grad),
-                               torch.autograd.grad(ref, exact, grad.double())):
-        torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-4,
-                                   msg=lambda m, name=name: _message(f"grad of {name}: {m}"))
+    for name, got, want in zip(
+        ("input", "weight", "bias"),
+        torch.autograd.grad(ours, leaves, grad),
+        torch.autograd.grad(ref, exact, grad.double()),
+    ):
+        torch.testing.assert_close(
+            got, want.float(), rtol=1e-4, atol=1e-4, msg=lambda m, name=name: _message(f"grad of {name}: {m}")
+        )
 
 
 # ---- max_pool2d --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", POOL_CASES)
 def test_max_pool2d_kernels_match_pytorch_forward_and_backward(ops, case):
@@ -185,11 +201,13 @@ def test_max_pool2d_kernels_match_pytorch_forward_and_backward(ops, case):
     assert torch.equal(our_indices, indices), _message("max_pool2d indices differ")
     grad = torch.randn(ours.shape, device="cuda", generator=_generator())
     # The CUDA backward adds with atomics, so overlapping windows may sum in another order.
-    torch.testing.assert_close(torch.autograd.grad(ours, x, grad)[0], torch.autograd.grad(theirs, x, grad)[0],
-                               msg=_message)
+    torch.testing.assert_close(
+        torch.autograd.grad(ours, x, grad)[0], torch.autograd.grad(theirs, x, grad)[0], msg=_message
+    )
 
 
 # ---- opcheck and gradcheck on CUDA -------------------------------------------------------------
+
 
 def _opcheck_cases() -> dict:
     """Operator and CUDA arguments per case, built lazily (the operators exist after the build)."""
@@ -202,8 +220,13 @@ def _opcheck_cases() -> dict:
     def conv2d_backward():
         x, weight, _, stride, padding = _conv_inputs(CONV_CASES[2].values[0])
         out = F.conv2d(x.detach(), weight.detach(), None, stride, padding)
-        return "conv2d_backward", (torch.randn(out.shape, device="cuda", generator=g()), x.detach(),
-                                   weight.detach(), list(stride), list(padding))
+        return "conv2d_backward", (
+            torch.randn(out.shape, device="cuda", generator=g()),
+            x.detach(),
+            weight.detach(),
+            list(stride),
+            list(padding),
+        )
 
     def max_pool2d():
         n, c, h, w, kernel, stride, _ = POOL_CASES[1].values[0]
@@ -236,14 +259,31 @@ def test_opcheck_on_cuda(ops, case):
 def _small_conv_case():
     c, o, kh, kw = _rng.randint(1, 2), _rng.randint(1, 3), _rng.randint(1, 3), _rng.randint(1, 3)
     ph, pw = _rng.randint(0, kh - 1), _rng.randint(0, kw - 1)
-    return (_rng.randint(1, 2), c, _rng.randint(kh, 6), _rng.randint(kw, 6), o, kh, kw,
-            (_rng.randint(1, 2), _rng.randint(1, 2)), (ph, pw), _rng.random() < 0.5, "contiguous")
+    return (
+        _rng.randint(1, 2),
+        c,
+        _rng.randint(kh, 6),
+        _rng.randint(kw, 6),
+        o,
+        kh,
+        kw,
+        (_rng.randint(1, 2), _rng.randint(1, 2)),
+        (ph, pw),
+        _rng.random() < 0.5,
+        "contiguous",
+    )
 
 
 def _small_pool_case():
     kernel = _rng.randint(2, 3)
-    return (_rng.randint(1, 2), _rng.randint(1, 2), _rng.randint(kernel, 7), _rng.randint(kernel, 7),
-            (kernel, kernel), (_rng.randint(1, kernel), _rng.randint(1, kernel)))
+    return (
+        _rng.randint(1, 2),
+        _rng.randint(1, 2),
+        _rng.randint(kernel, 7),
+        _rng.randint(kernel, 7),
+        (kernel, kernel),
+        (_rng.randint(1, kernel), _rng.randint(1, kernel)),
+    )
 
 
 GRADCHECK_CONV = [_small_conv_case() for _ in range(2)]
@@ -255,8 +295,9 @@ GRADCHECK_POOL = [_small_pool_case() for _ in range(2)]
 def test_conv2d_gradcheck_on_cuda_float64(ops, case):
     x, weight, bias, stride, padding = _conv_inputs(case, torch.float64)
     inputs = (x, weight, bias) if bias is not None else (x, weight)
-    assert torch.autograd.gradcheck(lambda *t: ops.conv2d(*t, stride=stride, padding=padding), inputs,
-                                    nondet_tol=1e-10), REPLAY
+    assert torch.autograd.gradcheck(
+        lambda *t: ops.conv2d(*t, stride=stride, padding=padding), inputs, nondet_tol=1e-10
+    ), REPLAY
 
 
 @pytest.mark.parametrize("case", GRADCHECK_POOL, ids=lambda c: "x".join(map(str, c[:4])))
@@ -268,6 +309,7 @@ def test_max_pool2d_gradcheck_on_cuda_float64(ops, case):
 
 # ---- autocast ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("model", ["lenet", "lenet_ext"])
 def test_trainer_steps_under_autocast_on_cuda(ops, model, precision):
@@ -276,15 +318,30 @@ def test_trainer_steps_under_autocast_on_cuda(ops, model, precision):
     from dpstudy import models
     from dpstudy.data import synthetic
     from dpstudy.engine.parallel import Parallel
-    from dpstudy.study.spec import complete
     from dpstudy.engine.train import Trainer
+    from dpstudy.study.spec import complete
 
     torch.manual_seed(SEED)
-    spec = complete({"dataset": "synthetic", "model": model, "mode": "single", "precision": precision,
-                     "optimizer": "adam", "lr": 0.003, "device": "cuda"})
+    spec = complete(
+        {
+            "dataset": "synthetic",
+            "model": model,
+            "mode": "single",
+            "precision": precision,
+            "optimizer": "adam",
+            "lr": 0.003,
+            "device": "cuda",
+        }
+    )
     net = models.build(model, 1, 28).cuda()
-    trainer = Trainer(spec, Parallel("single", torch.device("cuda", torch.cuda.current_device()), 1), None, None, net,
-                      log=lambda line: None)
+    trainer = Trainer(
+        spec,
+        Parallel("single", torch.device("cuda", torch.cuda.current_device()), 1),
+        None,
+        None,
+        net,
+        log=lambda line: None,
+    )
     assert trainer.scaler.is_enabled() == (precision == "fp16")
     images, labels = synthetic.samples(synthetic.prototypes(1, 28, 0), 128, 28, torch.Generator().manual_seed(SEED))
     x, y = ((images.float() / 255 - 0.5) / 0.25).cuda(), labels.cuda()
@@ -314,6 +371,7 @@ def test_extension_ops_are_not_cast_by_autocast(ops, dtype):
 
 
 # ---- CUDA memory accounting --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("device", range(torch.cuda.device_count()) if CUDA else [0])
 def test_peak_memory_is_cuda_max_allocated_and_resets(device):

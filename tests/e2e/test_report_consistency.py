@@ -1,15 +1,16 @@
 """One speedup everywhere: the rendered report quotes a setting's speedup, and its interval, the
 same way in every section that names it (speedup, the scaling model, the sources' verdicts), and
 that is the settings table's number."""
+
 from __future__ import annotations
 
 import html
 import re
 
 import pytest
+from helpers.records import NCCL_REASON, make_record, render_report
 
 from dpstudy.analysis import collect
-from helpers.records import NCCL_REASON, make_record, render_report
 
 STUDY = "s004_stl10_ddp"  # a study the sources compare with: their verdicts quote the speedup too
 COMMON = {"dataset": "synthetic_stl", "model": "simplecnn", "batch_scope": "per_device"}
@@ -20,11 +21,23 @@ def recorded_study() -> list[dict]:
     """Three repeats of one GPU and DDP on 2 at batch 32, with noise, the scaling probe on DDP."""
     records = []
     for r, (single, ddp) in enumerate(((500.0, 820.0), (530.0, 780.0), (490.0, 850.0))):
-        records += [make_record(mode="single", batch=32, samples_per_s=single, repeat=r, suffix=f"-r{r}", **COMMON),
-                    make_record(mode="ddp", gpus=2, backend="gloo", batch=32, samples_per_s=ddp, repeat=r,
-                                suffix=f"-r{r}", probe=PROBE, **COMMON)]
-    return records + [make_record("skipped", mode="ddp", gpus=2, backend="nccl", batch=32, reason=NCCL_REASON,
-                                  **COMMON)]
+        records += [
+            make_record(mode="single", batch=32, samples_per_s=single, repeat=r, suffix=f"-r{r}", **COMMON),
+            make_record(
+                mode="ddp",
+                gpus=2,
+                backend="gloo",
+                batch=32,
+                samples_per_s=ddp,
+                repeat=r,
+                suffix=f"-r{r}",
+                probe=PROBE,
+                **COMMON,
+            ),
+        ]
+    return records + [
+        make_record("skipped", mode="ddp", gpus=2, backend="nccl", batch=32, reason=NCCL_REASON, **COMMON)
+    ]
 
 
 @pytest.fixture(scope="module")

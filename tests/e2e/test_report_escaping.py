@@ -1,11 +1,11 @@
 """Text from records is text, end to end: records whose reason, hostname, torch path and cell id hold
 markup, the report notebook run by scripts/report.py, and the page opened in headless Chromium."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from helpers.browser import CHROMIUM, FLAGS
 from helpers.records import make_record, render_report
 
@@ -30,8 +30,12 @@ def poisoned_records() -> list[dict]:
 @pytest.fixture(scope="module")
 def poisoned_report(tmp_path_factory, python3_kernel) -> Path:
     # valid YAML whose block scalar holds a line that would close a ``` fence
-    return render_report(tmp_path_factory.mktemp("poisoned"), poisoned_records(), STUDY,
-                         f"study: {STUDY}\n# {IMG}\nnote: |\n  ```\n  {SCRIPT}\n")
+    return render_report(
+        tmp_path_factory.mktemp("poisoned"),
+        poisoned_records(),
+        STUDY,
+        f"study: {STUDY}\n# {IMG}\nnote: |\n  ```\n  {SCRIPT}\n",
+    )
 
 
 def open_page(path: Path) -> dict:
@@ -44,14 +48,20 @@ def open_page(path: Path) -> dict:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = browser.new_page()
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-                       else route.abort())
+            page.route(
+                "**/*",
+                lambda route: route.continue_() if route.request.url.startswith(("file:", "data:")) else route.abort(),
+            )
             page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
             page.goto(path.resolve().as_uri(), wait_until="load")
             page.wait_for_timeout(300)  # an onerror handler runs after the failed load of its image
-            return {"title": page.title(), "dialogs": dialogs, "text": page.inner_text("body"),
-                    "image_srcs": page.evaluate("() => [...document.images].map(i => i.getAttribute('src'))"),
-                    "scripts": page.evaluate("() => [...document.scripts].map(s => s.textContent)")}
+            return {
+                "title": page.title(),
+                "dialogs": dialogs,
+                "text": page.inner_text("body"),
+                "image_srcs": page.evaluate("() => [...document.images].map(i => i.getAttribute('src'))"),
+                "scripts": page.evaluate("() => [...document.scripts].map(s => s.textContent)"),
+            }
         finally:
             browser.close()
 
@@ -63,8 +73,12 @@ def test_markup_from_records_shows_as_text_and_nothing_runs(poisoned_report):
     assert "x" not in page["image_srcs"]
     assert not [s for s in page["scripts"] if "pwned" in s]
     text = page["text"]
-    for literal in (IMG, f"/opt/{SCRIPT}/site-packages", MARKDOWN,
-                    f"1 cell failed: {IMG} {SCRIPT} $x$ | `tick` (synthetic-lenet-ddp-g2-b64-gloo-`x`|<b>)"):
+    for literal in (
+        IMG,
+        f"/opt/{SCRIPT}/site-packages",
+        MARKDOWN,
+        f"1 cell failed: {IMG} {SCRIPT} $x$ | `tick` (synthetic-lenet-ddp-g2-b64-gloo-`x`|<b>)",
+    ):
         assert literal in text, literal
     # the study config, shown as it is: its own fence cannot end the report's
     assert f"# {IMG}\nnote: |\n  ```\n  {SCRIPT}" in text

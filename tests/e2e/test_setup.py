@@ -1,4 +1,5 @@
 """make setup: the lock, the host's PyTorch (TORCH=system) and offline installs (WHEELS=...)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,15 +12,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers import REPO
+from helpers.workflow import copy_checkout
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
-from helpers.workflow import copy_checkout
-from helpers import REPO
-
 
 
 def script(name: str):
@@ -38,9 +37,17 @@ BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
 
 # ---- versions and ranges ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("version, release", [("2.14.1", (2, 14, 1)), ("2.11.0+cu130", (2, 11, 0)),
-                                              ("2.7.0a0+79aa17489c.nv25.04", (2, 7, 0)), ("0.22.0a0", (0, 22, 0)),
-                                              ("3", (3,))])
+
+@pytest.mark.parametrize(
+    "version, release",
+    [
+        ("2.14.1", (2, 14, 1)),
+        ("2.11.0+cu130", (2, 11, 0)),
+        ("2.7.0a0+79aa17489c.nv25.04", (2, 7, 0)),
+        ("0.22.0a0", (0, 22, 0)),
+        ("3", (3,)),
+    ],
+)
 def test_release_drops_pre_release_and_local_labels(version, release):
     assert setup_venv.release(version) == release
 
@@ -62,25 +69,47 @@ def test_declared_ranges_are_pyproject_s():
 
 # ---- the host's PyTorch -------------------------------------------------------------------------
 
-GOOD = {"python": "/opt/torch/bin/python3", "torch": "2.11.0+cu130", "torch_path": "/opt/torch/site-packages",
-        "cuda": "13.0", "gpus": 1, "torchvision": "0.26.0+cu130", "torchvision_requires": ["torch==2.11.0"]}
+GOOD = {
+    "python": "/opt/torch/bin/python3",
+    "torch": "2.11.0+cu130",
+    "torch_path": "/opt/torch/site-packages",
+    "cuda": "13.0",
+    "gpus": 1,
+    "torchvision": "0.26.0+cu130",
+    "torchvision_requires": ["torch==2.11.0"],
+}
 
 
-@pytest.mark.parametrize("found, problem", [
-    ({"python": "/usr/bin/python3", "torch_error": "ModuleNotFoundError: No module named 'torch'"},
-     "/usr/bin/python3 cannot import torch (ModuleNotFoundError: No module named 'torch')"),
-    ({**GOOD, "torch": "2.5.1", "torchvision": "0.21.0", "torchvision_requires": ["torch==2.6.0"]},
-     "torch 2.5.1 (in /opt/torch/site-packages) is outside dpstudy's supported range torch>=2.6,<3"),
-    ({**GOOD, "torchvision": None, "torchvision_error": "ModuleNotFoundError: No module named 'torchvision'"},
-     "torchvision is not importable beside torch 2.11.0+cu130 (ModuleNotFoundError"),
-    ({**GOOD, "torchvision": "0.25.0", "torchvision_requires": ["torch==2.10.0"]},
-     "torchvision 0.25.0 was built for torch 2.10.0, but the host's torch is 2.11.0+cu130"),
-    # no declared pin (a vendor build): the release pairing 0.(n+15) <-> 2.n decides
-    ({**GOOD, "torchvision": "0.24.0a0+nv", "torchvision_requires": []},
-     "torchvision 0.24.0a0+nv was built for torch 2.9, but the host's torch is 2.11.0+cu130"),
-    ({**GOOD, "torchvision_error": "RuntimeError: operator torchvision::nms does not exist"},
-     "torchvision 0.26.0+cu130 does not work with torch 2.11.0+cu130: RuntimeError: operator torchvision::nms"),
-])
+@pytest.mark.parametrize(
+    "found, problem",
+    [
+        (
+            {"python": "/usr/bin/python3", "torch_error": "ModuleNotFoundError: No module named 'torch'"},
+            "/usr/bin/python3 cannot import torch (ModuleNotFoundError: No module named 'torch')",
+        ),
+        (
+            {**GOOD, "torch": "2.5.1", "torchvision": "0.21.0", "torchvision_requires": ["torch==2.6.0"]},
+            "torch 2.5.1 (in /opt/torch/site-packages) is outside dpstudy's supported range torch>=2.6,<3",
+        ),
+        (
+            {**GOOD, "torchvision": None, "torchvision_error": "ModuleNotFoundError: No module named 'torchvision'"},
+            "torchvision is not importable beside torch 2.11.0+cu130 (ModuleNotFoundError",
+        ),
+        (
+            {**GOOD, "torchvision": "0.25.0", "torchvision_requires": ["torch==2.10.0"]},
+            "torchvision 0.25.0 was built for torch 2.10.0, but the host's torch is 2.11.0+cu130",
+        ),
+        # no declared pin (a vendor build): the release pairing 0.(n+15) <-> 2.n decides
+        (
+            {**GOOD, "torchvision": "0.24.0a0+nv", "torchvision_requires": []},
+            "torchvision 0.24.0a0+nv was built for torch 2.9, but the host's torch is 2.11.0+cu130",
+        ),
+        (
+            {**GOOD, "torchvision_error": "RuntimeError: operator torchvision::nms does not exist"},
+            "torchvision 0.26.0+cu130 does not work with torch 2.11.0+cu130: RuntimeError: operator torchvision::nms",
+        ),
+    ],
+)
 def test_host_torch_refused_with_the_reason(found, problem):
     found = {key: value for key, value in found.items() if value is not None}
     problems = setup_venv.host_torch_problems(found, RANGES)
@@ -91,11 +120,17 @@ def test_every_problem_is_named():
     found = {**GOOD, "torch": "2.5.1", "torchvision": "0.20.1", "torchvision_requires": ["torch==2.5.1"]}
     assert setup_venv.host_torch_problems(found, RANGES) == [
         "torch 2.5.1 (in /opt/torch/site-packages) is outside dpstudy's supported range torch>=2.6,<3 (pyproject.toml)",
-        "torchvision 0.20.1 is outside dpstudy's supported range torchvision>=0.21,<1"]
+        "torchvision 0.20.1 is outside dpstudy's supported range torchvision>=0.21,<1",
+    ]
 
 
-@pytest.mark.parametrize("found", [GOOD, {**GOOD, "torch": "2.7.0a0+79aa17489c.nv25.04",
-                                          "torchvision": "0.22.0a0+9eb57cd5", "torchvision_requires": []}])
+@pytest.mark.parametrize(
+    "found",
+    [
+        GOOD,
+        {**GOOD, "torch": "2.7.0a0+79aa17489c.nv25.04", "torchvision": "0.22.0a0+9eb57cd5", "torchvision_requires": []},
+    ],
+)
 def test_host_torch_accepted(found):
     assert setup_venv.host_torch_problems(found, RANGES) == []
 
@@ -104,28 +139,50 @@ def test_a_python_without_torch_is_refused_before_the_venv_is_touched(tmp_path):
     venv = tmp_path / ".venv"
     venv.mkdir()
     (venv / "keep").write_text("an earlier venv")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts/setup_venv.py"), "setup", "--venv", str(venv),
-                           "--torch", "system", "--python", str(BASE_PYTHON)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts/setup_venv.py"),
+            "setup",
+            "--venv",
+            str(venv),
+            "--torch",
+            "system",
+            "--python",
+            str(BASE_PYTHON),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert f"TORCH=system cannot use this PyTorch:\n  - {BASE_PYTHON} cannot import torch" in proc.stderr
     assert [p.name for p in venv.iterdir()] == ["keep"]
 
 
 def test_a_wrong_mode_or_a_missing_wheel_folder_is_an_error(tmp_path):
-    for args, message in ((["--torch", "conda"], "TORCH='conda': use TORCH=system"),
-                          (["--wheels", str(tmp_path / "none")], f"WHEELS={tmp_path / 'none'}: no such folder")):
-        proc = subprocess.run([sys.executable, str(REPO / "scripts/setup_venv.py"), "setup", "--venv",
-                               str(tmp_path / "v"), *args], capture_output=True, text=True)
+    for args, message in (
+        (["--torch", "conda"], "TORCH='conda': use TORCH=system"),
+        (["--wheels", str(tmp_path / "none")], f"WHEELS={tmp_path / 'none'}: no such folder"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "scripts/setup_venv.py"), "setup", "--venv", str(tmp_path / "v"), *args],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 2 and message in proc.stderr
         assert not (tmp_path / "v").exists()
 
 
 # ---- the lock -----------------------------------------------------------------------------------
 
+
 def _requirements(extras: tuple[str, ...] = ("test", "browser")) -> list[Requirement]:
     reqs = [Requirement(r) for r in metadata.requires("dpstudy") or []]
-    return [r for r in reqs if r.marker is None
-            or any(r.marker.evaluate({**default_environment(), "extra": e}) for e in ("", *extras))]
+    return [
+        r
+        for r in reqs
+        if r.marker is None or any(r.marker.evaluate({**default_environment(), "extra": e}) for e in ("", *extras))
+    ]
 
 
 def test_the_lock_pins_every_requirement_within_its_range():
@@ -160,6 +217,7 @@ def test_this_environment_is_the_lock_s():
 
 # ---- offline, on a host that brings its own PyTorch -----------------------------------------------
 
+
 def host_with_only_torch(dest: Path) -> Path:
     """A Python whose only packages are this venv's torch and torchvision with what they need: a
     folder of links to them (no 5 GB copy) that a venv of its own sees through a .pth file, as a
@@ -173,8 +231,12 @@ def host_with_only_torch(dest: Path) -> Path:
         if (installed / top).exists():
             (site / top).symlink_to(installed / top)
     subprocess.run([str(BASE_PYTHON), "-m", "venv", str(dest / "venv")], check=True)
-    purelib = subprocess.run([str(dest / "venv/bin/python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(dest / "venv/bin/python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(purelib, "host.pth").write_text(f"{site}\n")
     return dest / "venv" / "bin" / "python"
 
@@ -193,31 +255,42 @@ def test_offline_setup_on_a_host_pytorch_other_than_the_lock_s(tmp_path):
     # The lock pins another PyTorch than the host's: TORCH=system must not try to install it (offline
     # that would fail), and must keep the host's.
     torch_lock = checkout / "requirements" / "torch.txt"
-    torch_lock.write_text(torch_lock.read_text().replace(f"torch=={setup_venv.read_pins(torch_lock)['torch']}",
-                                                         "torch==2.6.0"))
+    torch_lock.write_text(
+        torch_lock.read_text().replace(f"torch=={setup_venv.read_pins(torch_lock)['torch']}", "torch==2.6.0")
+    )
     host_python = host_with_only_torch(tmp_path / "host")
-    host_torch = subprocess.run([str(host_python), "-c", "import torch; print(torch.__version__)"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+    host_torch = subprocess.run(
+        [str(host_python), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert host_torch != "2.6.0"
     wheels = tmp_path / "wheels"
     make = ["make", "--no-print-directory", "-C", str(checkout), f"PYTHON={host_python}"]
     subprocess.run([*make, "wheelhouse", f"WHEELS={wheels}"], check=True, capture_output=True)
     assert not list(wheels.glob("torch-*")) and list(wheels.glob("snakemake-*.whl"))
 
-    proc = subprocess.run(offline([*make, "setup", "TORCH=system", f"WHEELS={wheels}", "EXTRAS=test"]),
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        offline([*make, "setup", "TORCH=system", f"WHEELS={wheels}", "EXTRAS=test"]), capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     host_site = tmp_path / "host" / "site"
     assert f"using the host's torch {host_torch} (CUDA" in proc.stdout and f"from {host_site}" in proc.stdout
     assert f"installed offline from {wheels}" in proc.stdout
 
     venv_python = checkout / ".venv" / "bin" / "python"
-    probe = ("import json, torch, snakemake, papermill, jsonschema, dpstudy; from dpstudy.record.envinfo import torch_origin;"
-             "print(json.dumps({'torch': torch.__version__, 'dpstudy': dpstudy.__file__, **torch_origin()}))")
-    seen = json.loads(subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True, cwd=tmp_path,
-                                     check=True).stdout)
-    assert seen == {"torch": host_torch, "dpstudy": str(checkout / "dpstudy" / "__init__.py"),
-                    "torch_path": str(host_site), "torch_provider": "host"}
+    probe = (
+        "import json, torch, snakemake, papermill, jsonschema, dpstudy; "
+        "from dpstudy.record.envinfo import torch_origin;"
+        "print(json.dumps({'torch': torch.__version__, 'dpstudy': dpstudy.__file__, **torch_origin()}))"
+    )
+    seen = json.loads(
+        subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True, cwd=tmp_path, check=True).stdout
+    )
+    assert seen == {
+        "torch": host_torch,
+        "dpstudy": str(checkout / "dpstudy" / "__init__.py"),
+        "torch_path": str(host_site),
+        "torch_provider": "host",
+    }
     state = json.loads((checkout / ".venv" / setup_venv.STATE_FILE).read_text())
     assert state["torch"] == "system" and state["torch_version"] == host_torch
 
@@ -225,8 +298,9 @@ def test_offline_setup_on_a_host_pytorch_other_than_the_lock_s(tmp_path):
     again = subprocess.run(offline([*make, "setup"]), capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout == "" and again.stderr == ""
     # ... and the workflow plans with it.
-    dry = subprocess.run([str(checkout / ".venv/bin/snakemake"), "-n", "--cores", "1"], cwd=checkout,
-                         capture_output=True, text=True)
+    dry = subprocess.run(
+        [str(checkout / ".venv/bin/snakemake"), "-n", "--cores", "1"], cwd=checkout, capture_output=True, text=True
+    )
     assert dry.returncode == 0 and "report" in dry.stdout, dry.stderr[-3000:]
 
 
@@ -234,7 +308,8 @@ def test_the_conda_environment_pins_the_lock_s_pytorch():
     # --sdm conda builds envs/train.yaml: it must train with the PyTorch the lock is tested with.
     import yaml
 
-    pip_section = next(d["pip"] for d in yaml.safe_load((REPO / "envs/train.yaml").read_text())["dependencies"]
-                       if isinstance(d, dict))
+    pip_section = next(
+        d["pip"] for d in yaml.safe_load((REPO / "envs/train.yaml").read_text())["dependencies"] if isinstance(d, dict)
+    )
     torch = setup_venv.read_pins(setup_venv.TORCH_LOCK)
     assert {f"torch=={torch['torch']}", f"torchvision=={torch['torchvision']}"} <= set(pip_section)

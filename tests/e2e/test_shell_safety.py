@@ -8,6 +8,7 @@ its arguments; no sentinel may appear, every command must succeed, and each plan
 arrive whole, as one argument or a string inside a JSON argument. A value the schema should have
 rejected but did not has its printed commands run too, so a hole shows as a sentinel.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers.workflow import copy_checkout, planned, snakemake
 
 # Shell code that creates the sentinel {s}, in each way a value could break out of a command.
@@ -35,8 +35,14 @@ INJECTIONS = {
 BASE = {
     "study": "shell_safety",
     "datasets": {"synthetic": {"train_size": 64, "test_size": 32}},
-    "sweeps": [{"name": "ext", "dataset": "synthetic", "model": "lenet_ext",
-                "grid": {"mode": ["single", "ddp"], "gpus": [1, 2], "backend": ["gloo"]}}],
+    "sweeps": [
+        {
+            "name": "ext",
+            "dataset": "synthetic",
+            "model": "lenet_ext",
+            "grid": {"mode": ["single", "ddp"], "gpus": [1, 2], "backend": ["gloo"]},
+        }
+    ],
 }
 # A stub for python: records its arguments, one JSON list a line, and does nothing else.
 RECORD_ARGV = "import json, os, sys; open(os.environ['ARGV_LOG'], 'a').write(json.dumps(sys.argv[1:]) + '\\n')"
@@ -59,6 +65,7 @@ def inject(form: str, sentinels: Path, key: str) -> str:
 
 
 # --- the dry run's shell commands, run for real with stubs ---------------------------------------
+
 
 def printed_jobs(stdout: str) -> list[dict]:
     """[{rule, files (outputs, logs, benchmarks), command}] of a `snakemake -n -p` output; a
@@ -91,7 +98,7 @@ def stub_env(tmp_path: Path) -> dict:
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)
     for name in ("python", "python3"):
-        (stubs / name).write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(RECORD_ARGV)} \"$@\"\n")
+        (stubs / name).write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(RECORD_ARGV)} "$@"\n')
         (stubs / name).chmod(0o755)
     return {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "ARGV_LOG": str(tmp_path / "argv.jsonl")}
 
@@ -104,8 +111,9 @@ def run_printed_commands(checkout: Path, stdout: str, env: dict) -> list[str]:
             (checkout / path).parent.mkdir(parents=True, exist_ok=True)
         if job["command"] is None:
             continue  # `run:` rules and `all`: Python, no shell
-        proc = subprocess.run(["bash", "-c", job["command"]], cwd=checkout, env=env, capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            ["bash", "-c", job["command"]], cwd=checkout, env=env, capture_output=True, text=True, timeout=60
+        )
         if proc.returncode != 0:
             failures.append(f"{job['rule']}: exit {proc.returncode}: {job['command']!r}: {proc.stderr[-500:]}")
     return failures
@@ -141,6 +149,7 @@ def plan_and_run(checkout: Path, config: dict, tmp_path: Path) -> tuple[subproce
 
 # --- values the schema rejects -------------------------------------------------------------------
 
+
 def sweep(config: dict) -> dict:
     return config["sweeps"][0]
 
@@ -150,8 +159,16 @@ REJECTED = {
     "study": ("x'; touch {s}; '", "study:", lambda c, v: c.update(study=v)),
     # Python's $ also matches before a final newline: the schema's patterns must not let it through
     "study_trailing_newline": ("quickstart\n", "study:", lambda c, v: c.update(study=v)),
-    "md5_trailing_newline": ("0" * 32 + "\n", "datasets.mnist.md5", lambda c, v: c["datasets"].update(mnist={"md5": {"f": v}})),
-    "cuda_arch_the_issues_value": ("8.0' ] && touch {s} && [ '1", "ext.cuda_arch", lambda c, v: c.update(ext={"cuda_arch": v})),
+    "md5_trailing_newline": (
+        "0" * 32 + "\n",
+        "datasets.mnist.md5",
+        lambda c, v: c["datasets"].update(mnist={"md5": {"f": v}}),
+    ),
+    "cuda_arch_the_issues_value": (
+        "8.0' ] && touch {s} && [ '1",
+        "ext.cuda_arch",
+        lambda c, v: c.update(ext={"cuda_arch": v}),
+    ),
     "cuda_arch_substitution": ("8.0;$(touch {s})", "ext.cuda_arch", lambda c, v: c.update(ext={"cuda_arch": v})),
     "cuda_arch_newline": ("8.0\ntouch {s}", "ext.cuda_arch", lambda c, v: c.update(ext={"cuda_arch": v})),
     "cuda_arch_trailing_newline": ("8.0\n", "ext.cuda_arch", lambda c, v: c.update(ext={"cuda_arch": v})),
@@ -159,8 +176,11 @@ REJECTED = {
     "mirror": ("$(touch {s})", "datasets.mnist.mirror", lambda c, v: c["datasets"].update(mnist={"mirror": v})),
     "md5_value": ("$(touch {s})", "datasets.mnist.md5", lambda c, v: c["datasets"].update(mnist={"md5": {"f": v}})),
     # a file name must be one of the dataset's files (checked against the registry when the study loads)
-    "md5_name": ("x\ntouch {s}\n", "datasets.mnist: md5: unknown file",
-                 lambda c, v: c["datasets"].update(mnist={"md5": {v: "0" * 32}})),
+    "md5_name": (
+        "x\ntouch {s}\n",
+        "datasets.mnist: md5: unknown file",
+        lambda c, v: c["datasets"].update(mnist={"md5": {v: "0" * 32}}),
+    ),
     "sweep_name": ('x"; touch {s}; "', "name:", lambda c, v: sweep(c).update(name=v)),
     "sweep_dataset": ("synthetic$(touch {s})", "dataset", lambda c, v: sweep(c).update(dataset=v)),
     "sweep_model": ("lenet && touch {s}", "model", lambda c, v: sweep(c).update(model=v)),
@@ -200,8 +220,10 @@ def accepted_study(index: int, sentinels: Path) -> tuple[dict, list[str]]:
     spaces; the values that must arrive whole. (md5 file names are not free-form: REJECTED.)"""
     forms = list(INJECTIONS)
     data_root = inject(DATA_ROOT_FORMS[index], sentinels, "data_root")
-    mirrors = {name: "https://mirror.example/" + inject(forms[(index + j) % len(forms)], sentinels, f"mirror_{name}")
-               for j, name in enumerate(DOWNLOADABLE)}
+    mirrors = {
+        name: "https://mirror.example/" + inject(forms[(index + j) % len(forms)], sentinels, f"mirror_{name}")
+        for j, name in enumerate(DOWNLOADABLE)
+    }
     config = copy.deepcopy(BASE)
     config.update(
         data_root=data_root,
@@ -209,8 +231,9 @@ def accepted_study(index: int, sentinels: Path) -> tuple[dict, list[str]]:
         ext={"cuda_arch": ARCH_LISTS[index]},
     )
     config["datasets"].update({name: {"mirror": mirror} for name, mirror in mirrors.items()})
-    config["sweeps"] += [{"name": name, "dataset": name, "model": "lenet", "grid": {"mode": ["single"]}}
-                         for name in DOWNLOADABLE]
+    config["sweeps"] += [
+        {"name": name, "dataset": name, "model": "lenet", "grid": {"mode": ["single"]}} for name in DOWNLOADABLE
+    ]
     return config, [data_root, *mirrors.values(), ARCH_LISTS[index]]
 
 
@@ -220,8 +243,16 @@ def test_accepted_values_reach_every_shell_command_quoted(index, checkout, senti
     proc, failures = plan_and_run(checkout, config, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rules = {job["rule"] for job in printed_jobs(proc.stdout) if job["command"]}
-    assert rules == {"prepare_data", "build_ext", "train", "kernel_bench", "comm_bench", "collect", "figures",
-                     "report"}  # every rule with a shell command ran
+    assert rules == {
+        "prepare_data",
+        "build_ext",
+        "train",
+        "kernel_bench",
+        "comm_bench",
+        "collect",
+        "figures",
+        "report",
+    }  # every rule with a shell command ran
     ran = sorted(path.name for path in sentinels.iterdir())
     assert not ran, f"the planted shell code ran: {ran}"
     assert not failures, "\n".join(failures)

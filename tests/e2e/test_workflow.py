@@ -1,4 +1,5 @@
 """The Snakemake workflow, run for real: dry runs, a full run of a small study, and reruns."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,13 +14,21 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from helpers.browser import open_offline
+from helpers.workflow import (
+    REPO,
+    copy_checkout,
+    dry_run,
+    processes_with,
+    snakemake,
+    start_snakemake,
+    wait_for_text,
+    wait_until_gone,
+)
+
 from dpstudy.record import provenance
 from dpstudy.report import sources
 from dpstudy.report.figures import FIGURES
-from helpers.workflow import (REPO, copy_checkout, dry_run, processes_with, snakemake, start_snakemake, wait_for_text,
-                      wait_until_gone)
 
 AGGREGATIONS = {"collect", "figures", "report", "all"}
 CONFIG_CHANGED = AGGREGATIONS | {"study_config"}  # the report shows the resolved study
@@ -29,8 +38,12 @@ SMALL = {
     "defaults": {"epochs": 1},
     "bench": {"kernels": False, "comm": False},  # the default-study test covers them
     "sweeps": [
-        {"name": "alpha", "dataset": "synthetic", "model": "lenet",
-         "grid": {"mode": ["single", "ddp"], "gpus": [1, 2], "batch": [64], "backend": ["gloo"]}},
+        {
+            "name": "alpha",
+            "dataset": "synthetic",
+            "model": "lenet",
+            "grid": {"mode": ["single", "ddp"], "gpus": [1, 2], "batch": [64], "backend": ["gloo"]},
+        },
         {"name": "beta", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [32]}},
     ],
 }
@@ -69,17 +82,29 @@ def bad(config_change) -> dict:
     return config
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c.update(colour="red"), "unknown key 'colour'"),
-    (lambda c: c["sweeps"][0].update(dataset="imagenet"), "sweep 'alpha': dataset 'imagenet'"),
-    (lambda c: c["sweeps"][0]["grid"].update(optimizer=["lbfgs"]), "sweep 'alpha': optimizer: 'lbfgs' is not one of"),
-    (lambda c: c["sweeps"][0]["grid"].update(batch=[63]), "sweep 'alpha': batch 63 is not divisible by gpus 2"),
-    (lambda c: c["sweeps"][1].update(name="beta; rm -rf /"), "sweep 'beta; rm -rf /': name: 'beta; rm -rf /' does not match"),
-    (lambda c: c["sweeps"][0].update(colour=1), "sweep 'alpha': unknown key 'colour'"),
-    (lambda c: c["sweeps"][0].update(set={"optimizer": "lbfgs"}), "sweep 'alpha': set.optimizer: 'lbfgs' is not one of"),
-    (lambda c: c["sweeps"][0]["grid"].update(colour=[1]), "sweep 'alpha': unknown grid key 'colour'"),
-    (lambda c: c["sweeps"][1].update(name="alpha"), "sweep name 'alpha' is used more than once"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c.update(colour="red"), "unknown key 'colour'"),
+        (lambda c: c["sweeps"][0].update(dataset="imagenet"), "sweep 'alpha': dataset 'imagenet'"),
+        (
+            lambda c: c["sweeps"][0]["grid"].update(optimizer=["lbfgs"]),
+            "sweep 'alpha': optimizer: 'lbfgs' is not one of",
+        ),
+        (lambda c: c["sweeps"][0]["grid"].update(batch=[63]), "sweep 'alpha': batch 63 is not divisible by gpus 2"),
+        (
+            lambda c: c["sweeps"][1].update(name="beta; rm -rf /"),
+            "sweep 'beta; rm -rf /': name: 'beta; rm -rf /' does not match",
+        ),
+        (lambda c: c["sweeps"][0].update(colour=1), "sweep 'alpha': unknown key 'colour'"),
+        (
+            lambda c: c["sweeps"][0].update(set={"optimizer": "lbfgs"}),
+            "sweep 'alpha': set.optimizer: 'lbfgs' is not one of",
+        ),
+        (lambda c: c["sweeps"][0]["grid"].update(colour=[1]), "sweep 'alpha': unknown grid key 'colour'"),
+        (lambda c: c["sweeps"][1].update(name="alpha"), "sweep name 'alpha' is used more than once"),
+    ],
+)
 def test_bad_configs_fail_before_any_job(checkout, change, message):
     proc = snakemake(checkout, "-n", config=bad(change), check=False)
     assert proc.returncode != 0
@@ -95,6 +120,7 @@ def test_cells_beyond_the_gpu_budget_are_left_out_with_one_warning(checkout):
     assert output.count("need more GPUs than --resources gpu allows") == 1
     assert "synthetic-lenet-ddp-g2-b64-gloo" in output
     from helpers.workflow import planned
+
     assert set(planned(proc)["train"]) == ALPHA - {"synthetic-lenet-ddp-g2-b64-gloo"} | BETA
 
 
@@ -175,18 +201,21 @@ def edited(path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module, rules", [
-    # Training code (the modules that decide a record's numbers): the tables are redone, so that
-    # they flag the cells as stale, and no cell reruns.
-    ("dpstudy/engine/outcome.py", AGGREGATIONS),
-    ("dpstudy/engine/monitor.py", AGGREGATIONS),
-    ("dpstudy/data/store.py", AGGREGATIONS),
-    # Aggregation and report code: only the rules that run it.
-    ("dpstudy/analysis/stats.py", AGGREGATIONS),
-    ("dpstudy/report/figures.py", {"figures", "report", "all"}),
-    ("dpstudy/report/text.py", {"figures", "report", "all"}),
-    ("dpstudy/report/findings.py", {"report", "all"}),
-])
+@pytest.mark.parametrize(
+    "module, rules",
+    [
+        # Training code (the modules that decide a record's numbers): the tables are redone, so that
+        # they flag the cells as stale, and no cell reruns.
+        ("dpstudy/engine/outcome.py", AGGREGATIONS),
+        ("dpstudy/engine/monitor.py", AGGREGATIONS),
+        ("dpstudy/data/store.py", AGGREGATIONS),
+        # Aggregation and report code: only the rules that run it.
+        ("dpstudy/analysis/stats.py", AGGREGATIONS),
+        ("dpstudy/report/figures.py", {"figures", "report", "all"}),
+        ("dpstudy/report/text.py", {"figures", "report", "all"}),
+        ("dpstudy/report/findings.py", {"report", "all"}),
+    ],
+)
 def test_an_edit_reruns_exactly_the_rules_that_run_the_code(finished, module, rules):
     with edited(finished / module):
         jobs = dry_run(finished, SMALL)
@@ -218,7 +247,12 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     assert set(cells["source_hash"]) == {provenance.source_hash()}  # the same code, wherever it lies
     ran = cells[cells["status"] == "ok"]
     ddp = ran[ran["mode"] == "ddp"]
-    assert set(zip(ddp["gpus"], ddp["batch"], ddp["backend"])) == {(1, 64, "gloo"), (2, 64, "gloo"), (1, 256, "gloo"), (2, 256, "gloo")}
+    assert set(zip(ddp["gpus"], ddp["batch"], ddp["backend"])) == {
+        (1, 64, "gloo"),
+        (2, 64, "gloo"),
+        (1, 256, "gloo"),
+        (2, 256, "gloo"),
+    }
     assert (ran["final_test_acc"] > 0.9).all() and (ddp["speedup"] > 0).all()
     assert sorted(ran["repeat"].unique()) == [0, 1, 2]
     skipped = cells[cells["status"] == "skipped"]
@@ -243,20 +277,51 @@ def installed_workflow(tmp_path: Path) -> tuple[Path, Path]:
     """(a workflow folder without dpstudy/, a site folder with dpstudy installed from a copy)."""
     source = copy_checkout(tmp_path / "source")
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(site), str(source)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     workdir = tmp_path / "workflow"
     shutil.copytree(source, workdir, ignore=lambda folder, names: ["dpstudy"] if Path(folder) == source else [])
-    where = subprocess.run([sys.executable, "-c", "import dpstudy; print(dpstudy.__file__)"], cwd=workdir, text=True,
-                           env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, check=True).stdout
+    where = subprocess.run(
+        [sys.executable, "-c", "import dpstudy; print(dpstudy.__file__)"],
+        cwd=workdir,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        check=True,
+    ).stdout
     assert Path(where.strip()).is_relative_to(site)
     return workdir, site
 
 
 LONG = "synthetic-lenet-ddp-g2-b8-gloo-epochs60"
-WITH_LONG = {**SMALL, "sweeps": [*SMALL["sweeps"], {
-    "name": "long", "dataset": "synthetic", "model": "lenet",
-    "grid": {"mode": ["ddp"], "gpus": [2], "batch": [8], "backend": ["gloo"]}, "set": {"epochs": 60}}]}
+WITH_LONG = {
+    **SMALL,
+    "sweeps": [
+        *SMALL["sweeps"],
+        {
+            "name": "long",
+            "dataset": "synthetic",
+            "model": "lenet",
+            "grid": {"mode": ["ddp"], "gpus": [2], "batch": [8], "backend": ["gloo"]},
+            "set": {"epochs": 60},
+        },
+    ],
+}
 
 
 @pytest.fixture
@@ -271,8 +336,11 @@ def running_long_cell(finished, tmp_path):
     try:
         wait_for_text(workdir / f"results/cells/{LONG}/train.log", "epoch 1/", proc)
         ranks = processes_with(f"--out results/cells/{LONG} --cell")
-        ranks = [pid for pid in ranks if "dpstudy.engine" in Path(f"/proc/{pid}/cmdline").read_text()
-                 and not is_torchrun(pid)]
+        ranks = [
+            pid
+            for pid in ranks
+            if "dpstudy.engine" in Path(f"/proc/{pid}/cmdline").read_text() and not is_torchrun(pid)
+        ]
         assert len(ranks) == 2
         yield workdir, proc, ranks
     finally:
@@ -324,8 +392,18 @@ def test_a_source_study_on_stand_in_data_reports_side_by_side(tmp_path):
     beside ours and says which findings hold and which cells cannot run here."""
     workdir = copy_checkout(tmp_path)
     (workdir / "config/tiny.yaml").write_text("datasets: {synthetic_stl: {train_size: 64, test_size: 32}}\n")
-    snakemake(workdir, "--cores", "2", "--resources", "gpu=2", "--configfile", "config/studies/s004_stl10_ddp.yaml",
-              "config/stand_in.yaml", "config/tiny.yaml", timeout=900)
+    snakemake(
+        workdir,
+        "--cores",
+        "2",
+        "--resources",
+        "gpu=2",
+        "--configfile",
+        "config/studies/s004_stl10_ddp.yaml",
+        "config/stand_in.yaml",
+        "config/tiny.yaml",
+        timeout=900,
+    )
     html = (workdir / "results/report/report.html").read_text()
     assert "Source 004: University of Tehran" in html and "generated stand-ins" in html
     assert "DDP on 2 GPUs (gloo for nccl):" in html  # NCCL cannot run here; the study's Gloo cell stands in

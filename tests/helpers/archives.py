@@ -4,6 +4,7 @@ Each writer puts the files of one dataset (the names torchvision downloads) into
 returns the source data {"train": (uint8 [N,C,H,W], int64 [N]), "test": ...} that a correct
 reader must reproduce exactly.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -42,8 +43,10 @@ def write_mnist(folder: Path, n_train: int = 60, n_test: int = 20) -> Splits:
     data = random_splits(1, 28, n_train, n_test)
     for prefix, split in (("train", "train"), ("t10k", "test")):
         images, labels = data[split]
-        for kind, payload in (("images-idx3", _idx(0x08, images[:, 0].numpy())),
-                              ("labels-idx1", _idx(0x08, labels.numpy()))):
+        for kind, payload in (
+            ("images-idx3", _idx(0x08, images[:, 0].numpy())),
+            ("labels-idx1", _idx(0x08, labels.numpy())),
+        ):
             (folder / f"{prefix}-{kind}-ubyte.gz").write_bytes(gzip.compress(payload, mtime=0))
     return data
 
@@ -65,9 +68,12 @@ def write_cifar10(folder: Path, per_batch: int = 4, n_test: int = 10) -> Splits:
         return pickle.dumps({"data": images.reshape(len(images), -1).numpy(), "labels": labels.tolist()})
 
     train_images, train_labels = data["train"]
-    members = {f"cifar-10-batches-py/data_batch_{i + 1}": batch(train_images[i * per_batch:(i + 1) * per_batch],
-                                                                 train_labels[i * per_batch:(i + 1) * per_batch])
-               for i in range(5)}
+    members = {
+        f"cifar-10-batches-py/data_batch_{i + 1}": batch(
+            train_images[i * per_batch : (i + 1) * per_batch], train_labels[i * per_batch : (i + 1) * per_batch]
+        )
+        for i in range(5)
+    }
     members["cifar-10-batches-py/test_batch"] = batch(*data["test"])
     members["cifar-10-batches-py/batches.meta"] = pickle.dumps({"label_names": CIFAR_CLASSES})
     _tar_gz(folder / "cifar-10-python.tar.gz", members)

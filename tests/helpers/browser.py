@@ -1,5 +1,6 @@
 """Open a page in headless Chromium (Debian's chromium, driven by Playwright) with the network cut
 off: what renders there renders offline."""
+
 from __future__ import annotations
 
 import shutil
@@ -8,8 +9,15 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def open_offline(path: Path) -> dict:

@@ -4,15 +4,17 @@ Every number is derived from a few arguments so that tests can assert exact valu
 an epoch processes `SAMPLES` samples at `samples_per_s`, evaluation takes `EVAL_S`, and a
 cell's total time is startup + epochs + `TEARDOWN_S`, so its overhead is STARTUP_S + TEARDOWN_S.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from dpstudy.record import fields as record
-from helpers import REPO
+import pandas as pd
 
+from dpstudy.record import fields as record
 from dpstudy.study import schema
+from helpers import REPO
 
 CURRENT = {"git_commit": "cafe00000000", "source_hash": "current00000"}
 OLD = {"git_commit": "0ld000000000", "source_hash": "old000000000"}
@@ -27,8 +29,14 @@ OOM_REASON = "rank 0: OutOfMemoryError: can't allocate memory (at train.py:88)"
 
 def make_spec(**keys: Any) -> dict[str, Any]:
     """A complete spec: the schema's defaults, synthetic/lenet, two epochs, then `keys`."""
-    spec = {**schema.defaults("spec"), "dataset": "synthetic", "model": "lenet", "mode": "single",
-            "epochs": 2, "device": "cpu"}
+    spec = {
+        **schema.defaults("spec"),
+        "dataset": "synthetic",
+        "model": "lenet",
+        "mode": "single",
+        "epochs": 2,
+        "device": "cpu",
+    }
     spec.update(keys)
     return dict(sorted(spec.items()))
 
@@ -36,8 +44,10 @@ def make_spec(**keys: Any) -> dict[str, Any]:
 def cell_id(spec: dict[str, Any], suffix: str = "") -> str:
     """The cell id (docs/design.md, Cells); `suffix` carries what the grid varies beyond the grid keys (e.g. -r1)."""
     nodes = f"-nodes{spec['nodes']}" if spec["nodes"] > 1 else ""
-    return (f"{spec['dataset']}-{spec['model']}-{spec['mode']}-g{spec['gpus']}-b{spec['batch']}-{spec['backend']}"
-            f"{nodes}{suffix}")
+    return (
+        f"{spec['dataset']}-{spec['model']}-{spec['mode']}-g{spec['gpus']}-b{spec['batch']}-{spec['backend']}"
+        f"{nodes}{suffix}"
+    )
 
 
 HOST_TORCH = "/opt/torch/.venv/lib/python3.12/site-packages"
@@ -47,37 +57,87 @@ def make_env(spec: dict[str, Any], code: dict[str, Any], device: str) -> dict[st
     """A host `testhost`, run locally; a multi-node cell's ranks on SLURM nodes n1, n2, ..."""
     gpus = ["Fake GPU"] * 8 if device == "cuda" else []
     world = spec["gpus"] * spec["nodes"] if spec["mode"] == "ddp" else 1
-    ranks = [{"rank": r, "local_rank": r % spec["gpus"], "hostname": "testhost",
-              "node": f"n{r // spec['gpus'] + 1}" if spec["nodes"] > 1 else "testhost"} for r in range(world)]
-    job = {"scheduler": "slurm", "job_id": "7", "cuda_visible_devices": "0"} if spec["nodes"] > 1 else {
-        "scheduler": "local", "job_id": None, "cuda_visible_devices": None}
+    ranks = [
+        {
+            "rank": r,
+            "local_rank": r % spec["gpus"],
+            "hostname": "testhost",
+            "node": f"n{r // spec['gpus'] + 1}" if spec["nodes"] > 1 else "testhost",
+        }
+        for r in range(world)
+    ]
+    job = (
+        {"scheduler": "slurm", "job_id": "7", "cuda_visible_devices": "0"}
+        if spec["nodes"] > 1
+        else {"scheduler": "local", "job_id": None, "cuda_visible_devices": None}
+    )
     # GPU records as from a container's PyTorch (make setup TORCH=system), CPU ones from dpstudy's venv
-    origin = ({"torch_provider": "host", "torch_path": HOST_TORCH} if device == "cuda" else
-              {"torch_provider": "venv", "torch_path": "/work/dpstudy/.venv/lib/python3.11/site-packages"})
-    return {"torch": "2.14.1", **origin, "cuda": "13.0" if device == "cuda" else None, "cudnn": None,
-            "nccl": None, "python": "3.11.2", "hostname": "testhost", "cpu": "Test CPU 9000",
-            "gpus": gpus, "driver": None, "world_size": world, "nodes": spec["nodes"], "device": device,
-            "threads_per_process": 1, "code_version": dict(code), "ranks": ranks, "job": job}
+    origin = (
+        {"torch_provider": "host", "torch_path": HOST_TORCH}
+        if device == "cuda"
+        else {"torch_provider": "venv", "torch_path": "/work/dpstudy/.venv/lib/python3.11/site-packages"}
+    )
+    return {
+        "torch": "2.14.1",
+        **origin,
+        "cuda": "13.0" if device == "cuda" else None,
+        "cudnn": None,
+        "nccl": None,
+        "python": "3.11.2",
+        "hostname": "testhost",
+        "cpu": "Test CPU 9000",
+        "gpus": gpus,
+        "driver": None,
+        "world_size": world,
+        "nodes": spec["nodes"],
+        "device": device,
+        "threads_per_process": 1,
+        "code_version": dict(code),
+        "ranks": ranks,
+        "job": job,
+    }
 
 
-def make_epochs(spec: dict[str, Any], samples_per_s: float, accs: list[float], wait_frac: float,
-                peak_mem: list[float]) -> list[dict[str, Any]]:
+def make_epochs(
+    spec: dict[str, Any], samples_per_s: float, accs: list[float], wait_frac: float, peak_mem: list[float]
+) -> list[dict[str, Any]]:
     epochs = []
     for i, acc in enumerate(accs, start=1):
         wall = SAMPLES / samples_per_s
-        epochs.append({
-            "epoch": i, "train_loss": 2.0 / i, "train_acc": acc - 0.01, "test_loss": 1.5 / i,
-            "test_acc": acc, "wall_s": wall, "eval_s": EVAL_S, "data_wait_s": wall * wait_frac,
-            "compute_s": wall * (1 - wait_frac), "samples": SAMPLES, "samples_per_s": samples_per_s,
-            "peak_mem_mb": list(peak_mem),
-        })
+        epochs.append(
+            {
+                "epoch": i,
+                "train_loss": 2.0 / i,
+                "train_acc": acc - 0.01,
+                "test_loss": 1.5 / i,
+                "test_acc": acc,
+                "wall_s": wall,
+                "eval_s": EVAL_S,
+                "data_wait_s": wall * wait_frac,
+                "compute_s": wall * (1 - wait_frac),
+                "samples": SAMPLES,
+                "samples_per_s": samples_per_s,
+                "peak_mem_mb": list(peak_mem),
+            }
+        )
     return epochs
 
 
-def make_record(status: str = "ok", *, samples_per_s: float = 1000.0, accs: tuple = (0.6, 0.9),
-                wait_frac: float = 0.1, peak_mem: list[float] | None = None, reason: str | None = None,
-                code: dict | None = None, device: str = "cpu", util: dict | None = None,
-                probe: dict | None = None, suffix: str = "", **spec_keys: Any) -> dict[str, Any]:
+def make_record(
+    status: str = "ok",
+    *,
+    samples_per_s: float = 1000.0,
+    accs: tuple = (0.6, 0.9),
+    wait_frac: float = 0.1,
+    peak_mem: list[float] | None = None,
+    reason: str | None = None,
+    code: dict | None = None,
+    device: str = "cpu",
+    util: dict | None = None,
+    probe: dict | None = None,
+    suffix: str = "",
+    **spec_keys: Any,
+) -> dict[str, Any]:
     """One record. ok: every epoch at `samples_per_s`; oom: the first epoch only; skipped: no epochs."""
     spec = make_spec(**spec_keys)
     peak_mem = peak_mem if peak_mem is not None else [100.0 + spec["batch"] / 64] * spec["gpus"] * spec["nodes"]
@@ -86,20 +146,35 @@ def make_record(status: str = "ok", *, samples_per_s: float = 1000.0, accs: tupl
     summary = record.empty_summary()
     if epochs:
         steady = epochs[1:] or epochs
-        summary.update(final_test_acc=epochs[-1]["test_acc"], median_epoch_s=steady[0]["wall_s"],
-                       samples_per_s=samples_per_s, startup_s=STARTUP_S,
-                       total_s=STARTUP_S + sum(e["wall_s"] + e["eval_s"] for e in epochs) + TEARDOWN_S)
-    rec = {"schema": record.SCHEMA_ID, "cell": cell_id(spec, suffix), "status": status,
-           "reason": reason, "spec": spec, "env": make_env(spec, code or CURRENT, device),
-           "epochs": epochs, "summary": summary, "util": util, "probe": probe}
+        summary.update(
+            final_test_acc=epochs[-1]["test_acc"],
+            median_epoch_s=steady[0]["wall_s"],
+            samples_per_s=samples_per_s,
+            startup_s=STARTUP_S,
+            total_s=STARTUP_S + sum(e["wall_s"] + e["eval_s"] for e in epochs) + TEARDOWN_S,
+        )
+    rec = {
+        "schema": record.SCHEMA_ID,
+        "cell": cell_id(spec, suffix),
+        "status": status,
+        "reason": reason,
+        "spec": spec,
+        "env": make_env(spec, code or CURRENT, device),
+        "epochs": epochs,
+        "summary": summary,
+        "util": util,
+        "probe": probe,
+    }
     record.validate(rec)
     return rec
 
 
 def make_util(devices: int, busy: list[float]) -> dict[str, list[dict[str, float]]]:
     """Samples every 0.5 s for 3 s per device; device i is `busy[i]` % busy."""
-    return {str(d): [{"t": 0.5 * k, "gpu_util": busy[d], "mem_util": busy[d] / 2, "mem_mb": 500.0 + d}
-                     for k in range(1, 7)] for d in range(devices)}
+    return {
+        str(d): [{"t": 0.5 * k, "gpu_util": busy[d], "mem_util": busy[d] / 2, "mem_mb": 500.0 + d} for k in range(1, 7)]
+        for d in range(devices)
+    }
 
 
 def small_grid() -> list[dict[str, Any]]:
@@ -109,16 +184,30 @@ def small_grid() -> list[dict[str, Any]]:
     """
     return [
         make_record(mode="single", batch=64, samples_per_s=1000.0, accs=(0.6, 0.90), wait_frac=0.02),
-        make_record(mode="single", batch=256, samples_per_s=2000.0, accs=(0.6, 0.88), wait_frac=0.02,
-                    code=OLD),
-        make_record(mode="ddp", gpus=2, batch=64, backend="gloo", samples_per_s=1500.0, accs=(0.6, 0.895),
-                    wait_frac=0.05, peak_mem=[120.0, 119.0]),
-        make_record(mode="ddp", gpus=2, batch=256, backend="gloo", samples_per_s=3400.0, accs=(0.6, 0.872),
-                    wait_frac=0.05, peak_mem=[140.0, 140.0]),
+        make_record(mode="single", batch=256, samples_per_s=2000.0, accs=(0.6, 0.88), wait_frac=0.02, code=OLD),
+        make_record(
+            mode="ddp",
+            gpus=2,
+            batch=64,
+            backend="gloo",
+            samples_per_s=1500.0,
+            accs=(0.6, 0.895),
+            wait_frac=0.05,
+            peak_mem=[120.0, 119.0],
+        ),
+        make_record(
+            mode="ddp",
+            gpus=2,
+            batch=256,
+            backend="gloo",
+            samples_per_s=3400.0,
+            accs=(0.6, 0.872),
+            wait_frac=0.05,
+            peak_mem=[140.0, 140.0],
+        ),
         make_record("skipped", mode="dp", gpus=2, batch=64, reason=DP_REASON),
         make_record("skipped", mode="ddp", gpus=2, batch=64, backend="nccl", reason=NCCL_REASON),
-        make_record("oom", mode="ddp", gpus=2, batch=1024, backend="gloo", samples_per_s=500.0,
-                    reason=OOM_REASON),
+        make_record("oom", mode="ddp", gpus=2, batch=1024, backend="gloo", samples_per_s=500.0, reason=OOM_REASON),
     ]
 
 
@@ -145,24 +234,60 @@ def render_report(root: Path, records: list[dict[str, Any]], study: str, config_
     for folder in ("figures", "bench"):
         (root / folder).mkdir()
     (root / "study.yaml").write_text(config_text or f"study: {study}\n")
-    subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), "--notebook",
-                    str(REPO / "notebooks" / "report.ipynb"), "--out-dir", "report", "--study", study,
-                    "--config", "study.yaml", "--tables", "tables", "--figures", "figures", "--bench", "bench"],
-                   cwd=root, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "report.py"),
+            "--notebook",
+            str(REPO / "notebooks" / "report.ipynb"),
+            "--out-dir",
+            "report",
+            "--study",
+            study,
+            "--config",
+            "study.yaml",
+            "--tables",
+            "tables",
+            "--figures",
+            "figures",
+            "--bench",
+            "bench",
+        ],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
     return root / "report" / "report.html"
 
 
-def cells_frame(rows: list[tuple[str, int, float]]) -> "pd.DataFrame":
+def cells_frame(rows: list[tuple[str, int, float]]) -> pd.DataFrame:
     """Minimal cells: (mode, gpus, samples_per_s) at one batch, one repeat index each."""
-    import pandas as pd
-
     from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
 
     out = []
     for i, (mode, gpus, speed) in enumerate(rows):
         spec = {k: SPEC_DEFAULTS.get(k) for k in SPEC_KEYS}
-        spec.update(dataset="synthetic", model="lenet", mode=mode, gpus=gpus, nodes=1, batch=64,
-                    backend="gloo" if mode == "ddp" else "none", repeat=i, lr=0.01)
-        out.append({"cell": f"{mode}-g{gpus}-r{i}", **spec, "status": "ok", "samples_per_s": speed,
-                    "final_test_acc": 0.9, "devices": gpus, "env_device": "cpu", "global_batch": 64})
+        spec.update(
+            dataset="synthetic",
+            model="lenet",
+            mode=mode,
+            gpus=gpus,
+            nodes=1,
+            batch=64,
+            backend="gloo" if mode == "ddp" else "none",
+            repeat=i,
+            lr=0.01,
+        )
+        out.append(
+            {
+                "cell": f"{mode}-g{gpus}-r{i}",
+                **spec,
+                "status": "ok",
+                "samples_per_s": speed,
+                "final_test_acc": 0.9,
+                "devices": gpus,
+                "env_device": "cpu",
+                "global_batch": 64,
+            }
+        )
     return pd.DataFrame(out).astype({"devices": "Int64", "gpus": "Int64", "nodes": "Int64"})

@@ -8,6 +8,7 @@ system-wide is touched.
 
     python tests/helpers/slurm_cluster.py DIR     # start one by hand; Ctrl-C stops it
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +35,10 @@ def unavailable() -> str | None:
     """Why no private SLURM can run here, or None."""
     missing = [d for d in (*DAEMONS, "sbatch", "scontrol") if shutil.which(d) is None]
     if missing:
-        return (f"SLURM is not installed ({', '.join(missing)} missing); `make test` installs Debian's "
-                "slurmctld slurmd slurm-client munge when it runs as root")
+        return (
+            f"SLURM is not installed ({', '.join(missing)} missing); `make test` installs Debian's "
+            "slurmctld slurmd slurm-client munge when it runs as root"
+        )
     if os.geteuid() != 0:
         return "the private SLURM needs root (slurmd runs jobs as any user, the fake GPUs need mknod)"
     return None
@@ -60,8 +63,7 @@ class SlurmCluster:
         self.conf = self.root / "slurm.conf"
         self.jobcomp = self.root / "jobcomp.txt"
         self.bin = self.root / "bin"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf),
-                    "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}"}
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf), "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}"}
         self.host = socket.gethostname().split(".")[0]
 
     # ---- set-up -----------------------------------------------------------------------------
@@ -79,31 +81,53 @@ class SlurmCluster:
                     os.mknod(self.root / f"gpu{g}", 0o644 | stat.S_IFCHR, os.makedev(1, 3))
             gres.append(f"NodeName={node} Name=gpu File={self.root}/gpu[{first}-{last}]")
             # Weight: n1 fills first, so that jobs share a node (and its GPUs) whenever they can.
-            node_lines.append(f"NodeName={node} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} "
-                              f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} Weight={i + 1}")
+            node_lines.append(
+                f"NodeName={node} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} "
+                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} Weight={i + 1}"
+            )
         r = self.root
-        self.conf.write_text("\n".join([
-            "ClusterName=dpstudy",
-            f"SlurmctldHost={self.host}(127.0.0.1)",
-            f"SlurmctldPort={ctld_port}",
-            "AuthType=auth/munge", f"AuthInfo=socket={r}/munge.sock", "CredType=cred/munge",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory",
-            "SlurmUser=root", "SlurmdUser=root",
-            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
-            f"SlurmctldPidFile={r}/slurmctld.pid", f"SlurmdPidFile={r}/slurmd-%n.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd-%n.log",
-            "AccountingStorageType=accounting_storage/none",
-            # Memory limits are enforced by polling (no cgroups here): a job over its --mem is killed.
-            "JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=task=1",
-            "JobAcctGatherParams=OverMemoryKill",
-            # The controller's own line per finished job: what the tests read instead of sacct.
-            "JobCompType=jobcomp/filetxt", f"JobCompLoc={self.jobcomp}",
-            "GresTypes=gpu", "MinJobAge=3600", "KillWait=5", "ReturnToService=2", "MpiDefault=none",
-            "SchedulerParameters=sched_interval=2", "PriorityType=priority/basic",
-            *node_lines,
-            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-        ]) + "\n")
+        self.conf.write_text(
+            "\n".join(
+                [
+                    "ClusterName=dpstudy",
+                    f"SlurmctldHost={self.host}(127.0.0.1)",
+                    f"SlurmctldPort={ctld_port}",
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={r}/munge.sock",
+                    "CredType=cred/munge",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core_Memory",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    f"StateSaveLocation={r}/state",
+                    f"SlurmdSpoolDir={r}/spool/%n",
+                    f"SlurmctldPidFile={r}/slurmctld.pid",
+                    f"SlurmdPidFile={r}/slurmd-%n.pid",
+                    f"SlurmctldLogFile={r}/log/slurmctld.log",
+                    f"SlurmdLogFile={r}/log/slurmd-%n.log",
+                    "AccountingStorageType=accounting_storage/none",
+                    # Memory limits are enforced by polling (no cgroups here): a job over its --mem is killed.
+                    "JobAcctGatherType=jobacct_gather/linux",
+                    "JobAcctGatherFrequency=task=1",
+                    "JobAcctGatherParams=OverMemoryKill",
+                    # The controller's own line per finished job: what the tests read instead of sacct.
+                    "JobCompType=jobcomp/filetxt",
+                    f"JobCompLoc={self.jobcomp}",
+                    "GresTypes=gpu",
+                    "MinJobAge=3600",
+                    "KillWait=5",
+                    "ReturnToService=2",
+                    "MpiDefault=none",
+                    "SchedulerParameters=sched_interval=2",
+                    "PriorityType=priority/basic",
+                    *node_lines,
+                    "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                ]
+            )
+            + "\n"
+        )
         (self.root / "gres.conf").write_text("\n".join(gres) + "\n")
 
     def write_clients(self) -> None:
@@ -118,15 +142,24 @@ class SlurmCluster:
                 shim.write_text(f'#!/bin/sh\nSLURM_CONF={self.conf} exec {real} "$@"\n')
                 shim.chmod(0o755)
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         self.write_config()
         self.write_clients()
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         r = self.root
-        self.daemon(["munged", "--force", f"--socket={r}/munge.sock", f"--key-file={key}",
-                     f"--log-file={r}/log/munged.log", f"--pid-file={r}/munged.pid", f"--seed-file={r}/munged.seed"])
+        self.daemon(
+            [
+                "munged",
+                "--force",
+                f"--socket={r}/munge.sock",
+                f"--key-file={key}",
+                f"--log-file={r}/log/munged.log",
+                f"--pid-file={r}/munged.pid",
+                f"--seed-file={r}/munged.seed",
+            ]
+        )
         self.daemon(["slurmctld", "-i"])
         for node in NODES:
             self.daemon(["slurmd", "-N", node])

@@ -1,4 +1,5 @@
 """Helpers for the workflow tests: a private copy of the checkout and real snakemake runs."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ BIN = Path(sys.executable).parent
 
 def copy_checkout(dest: Path) -> Path:
     """The workflow's files (tracked or not ignored), without results or .snakemake."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\n")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file():
@@ -39,8 +41,14 @@ def command(workdir: Path, args: tuple[str, ...], config: dict | None, env: dict
     return cmd, {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}"}
 
 
-def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool = True,
-              timeout: int = 1200, env: dict | None = None) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path,
+    *args: str,
+    config: dict | None = None,
+    check: bool = True,
+    timeout: int = 1200,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
     cmd, env = command(workdir, args, config, env)
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -48,8 +56,9 @@ def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool
     return proc
 
 
-def start_snakemake(workdir: Path, *args: str, config: dict | None = None, env: dict | None = None,
-                    log: Path | None = None) -> subprocess.Popen:
+def start_snakemake(
+    workdir: Path, *args: str, config: dict | None = None, env: dict | None = None, log: Path | None = None
+) -> subprocess.Popen:
     """snakemake in the background, in a process group (session) of its own."""
     cmd, env = command(workdir, args, config, env)
     out = open(log or workdir / "snakemake.out", "w")
@@ -106,6 +115,7 @@ def wait_until_gone(pids: list[int], timeout: float) -> list[int]:
     alive = pids
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
-        alive = [p for p in alive if Path(f"/proc/{p}").exists()
-                 and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
+        alive = [
+            p for p in alive if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"
+        ]
     return alive

@@ -1,20 +1,33 @@
 """The package's shape: stages import only the stages below them, modules import in no circle, the
 workflow plans without torch or pandas, and no module reaches outside the package for files."""
+
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-from dpstudy.record import provenance
 from helpers import REPO
+
+from dpstudy.record import provenance
 
 PACKAGE = provenance.PACKAGE
 # Bottom to top: a stage may import the stages before it, never one after it.
-LAYERS = ("util", "record", "data", "ext", "models", "study", "engine", "jobs", "analysis", "report",
-          "microbench", "gpucheck")
+LAYERS = (
+    "util",
+    "record",
+    "data",
+    "ext",
+    "models",
+    "study",
+    "engine",
+    "jobs",
+    "analysis",
+    "report",
+    "microbench",
+    "gpucheck",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -58,7 +71,7 @@ def test_no_module_imports_itself_through_others():
         state[node] = "open"
         for target in sorted(graph.get(node, ())):
             if state.get(target) == "open":
-                cycles.append(" -> ".join(trail[trail.index(target):] + [node, target]))
+                cycles.append(" -> ".join(trail[trail.index(target) :] + [node, target]))
             elif target not in state:
                 visit(target, trail + [node])
         state[node] = "done"
@@ -87,8 +100,11 @@ def workflow_imports() -> list[str]:
 def test_the_workflow_plans_without_torch_pandas_or_matplotlib():
     lines = workflow_imports()
     assert "from dpstudy.study import outputs, sweeps as studies" in lines
-    code = ("import sys\n" + "".join(f"{line}\n" for line in lines)
-            + "print(sorted(m for m in ('torch', 'pandas', 'matplotlib', 'scipy', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys\n"
+        + "".join(f"{line}\n" for line in lines)
+        + "print(sorted(m for m in ('torch', 'pandas', 'matplotlib', 'scipy', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -99,11 +115,16 @@ def test_no_module_reads_files_outside_the_package():
     outside = re.compile(r"parents\[[1-9]\]|parent\.parent|\.\./")
     # Two lines may climb: to the package folder itself, and to where dpstudy is imported from (a
     # child process, the extension's compile, imports the same package).
-    allowed = ("PACKAGE = Path(__file__).resolve().parents[1]",
-               'IMPORT_ROOT = str(Path(importlib.util.find_spec("dpstudy").origin).parents[1])')
-    offenders = [f"{provenance.module_name(p)}: {line.strip()}" for p in modules().values()
-                 for line in p.read_text().splitlines()
-                 if outside.search(line) and not line.lstrip().startswith("#") and not line.startswith(allowed)]
+    allowed = (
+        "PACKAGE = Path(__file__).resolve().parents[1]",
+        'IMPORT_ROOT = str(Path(importlib.util.find_spec("dpstudy").origin).parents[1])',
+    )
+    offenders = [
+        f"{provenance.module_name(p)}: {line.strip()}"
+        for p in modules().values()
+        for line in p.read_text().splitlines()
+        if outside.search(line) and not line.lstrip().startswith("#") and not line.startswith(allowed)
+    ]
     assert offenders == []
 
 

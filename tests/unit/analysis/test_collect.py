@@ -1,4 +1,5 @@
 """Records -> tables: columns, speedup and its baseline, overhead, stale list, errors."""
+
 from __future__ import annotations
 
 import json
@@ -8,14 +9,25 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import REPO
+from helpers.records import (
+    CURRENT,
+    DP_REASON,
+    EVAL_S,
+    NCCL_REASON,
+    OOM_REASON,
+    SAMPLES,
+    STARTUP_S,
+    TEARDOWN_S,
+    make_record,
+    make_util,
+    small_grid,
+    write_records,
+)
 
 from dpstudy.analysis import collect
 from dpstudy.analysis.collect import CELL_COLUMNS, EPOCH_COLUMNS, RecordError
 from dpstudy.analysis.keys import SPEC_KEYS
-from helpers.records import (CURRENT, DP_REASON, EVAL_S, NCCL_REASON, OOM_REASON, SAMPLES, STARTUP_S, TEARDOWN_S,
-                     make_record, make_util, small_grid, write_records)
-from helpers import REPO
-
 
 
 def tables_of(tmp_path: Path, records: list[dict]) -> dict[str, pd.DataFrame]:
@@ -63,11 +75,18 @@ def test_unfinished_cells_have_no_speedup(grid):
 
 
 def test_per_device_batch_compares_with_the_same_batch_on_one_device(tmp_path):
-    cells = by_cell(tables_of(tmp_path, [
-        make_record(mode="single", batch=64, samples_per_s=1000.0),
-        make_record(mode="ddp", gpus=2, batch=64, backend="gloo", batch_scope="per_device", samples_per_s=1800.0),
-        make_record(mode="ddp", gpus=2, batch=128, backend="gloo", samples_per_s=1900.0),
-    ])["cells"])
+    cells = by_cell(
+        tables_of(
+            tmp_path,
+            [
+                make_record(mode="single", batch=64, samples_per_s=1000.0),
+                make_record(
+                    mode="ddp", gpus=2, batch=64, backend="gloo", batch_scope="per_device", samples_per_s=1800.0
+                ),
+                make_record(mode="ddp", gpus=2, batch=128, backend="gloo", samples_per_s=1900.0),
+            ],
+        )["cells"]
+    )
     per_device = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"]
     assert per_device["global_batch"] == 128
     assert per_device["baseline"] == "synthetic-lenet-single-g1-b64-none"
@@ -77,12 +96,17 @@ def test_per_device_batch_compares_with_the_same_batch_on_one_device(tmp_path):
 
 
 def test_baseline_averages_repeats_and_needs_equal_settings(tmp_path):
-    cells = by_cell(tables_of(tmp_path, [
-        make_record(mode="single", batch=64, repeat=0, samples_per_s=1000.0, suffix="-r0"),
-        make_record(mode="single", batch=64, repeat=1, samples_per_s=1200.0, suffix="-r1"),
-        make_record(mode="ddp", gpus=2, batch=64, backend="gloo", lr_scaling="linear", samples_per_s=2200.0),
-        make_record(mode="ddp", gpus=2, batch=64, backend="nccl", lr=0.1, samples_per_s=2000.0),
-    ])["cells"])
+    cells = by_cell(
+        tables_of(
+            tmp_path,
+            [
+                make_record(mode="single", batch=64, repeat=0, samples_per_s=1000.0, suffix="-r0"),
+                make_record(mode="single", batch=64, repeat=1, samples_per_s=1200.0, suffix="-r1"),
+                make_record(mode="ddp", gpus=2, batch=64, backend="gloo", lr_scaling="linear", samples_per_s=2200.0),
+                make_record(mode="ddp", gpus=2, batch=64, backend="nccl", lr=0.1, samples_per_s=2000.0),
+            ],
+        )["cells"]
+    )
     linear = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"]
     assert linear["baseline"] == "synthetic-lenet-single-g1-b64-none-r0"
     assert linear["speedup"] == pytest.approx(2200 / (1000 * 1200) ** 0.5)  # over the geometric mean of the repeats
@@ -134,8 +158,9 @@ def test_ranks_long_and_util_header_only_without_samples(grid, tmp_path):
 
 
 def test_util_samples_per_device(tmp_path):
-    util = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda",
-                                            util=make_util(2, [60.0, 58.0]))])["util"]
+    util = tables_of(
+        tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda", util=make_util(2, [60.0, 58.0]))]
+    )["util"]
     assert len(util) == 12 and sorted(util["device"].unique()) == [0, 1]
     assert util.groupby("device")["gpu_util"].mean().tolist() == [60.0, 58.0]
 
@@ -167,23 +192,32 @@ def test_cli_reads_a_record_list_and_reports_bad_files(tmp_path):
     listing = tmp_path / "records.txt"
     listing.write_text("\n".join(map(str, paths[1:])) + "\n")
     script = [sys.executable, str(REPO / "scripts" / "collect.py")]
-    subprocess.run([*script, "--records", str(paths[0]), "--records-from", str(listing),
-                    "--out-dir", str(tmp_path / "tables")], check=True, capture_output=True)
+    subprocess.run(
+        [*script, "--records", str(paths[0]), "--records-from", str(listing), "--out-dir", str(tmp_path / "tables")],
+        check=True,
+        capture_output=True,
+    )
     assert len(pd.read_csv(tmp_path / "tables" / "cells.csv")) == len(paths)
     assert sorted(p.name for p in (tmp_path / "tables").glob("*.csv")) == sorted(f"{n}.csv" for n in collect.TABLES)
     assert pd.read_csv(tmp_path / "tables" / "summary.csv")["multi_settings"].tolist() == [2]  # ddp g2 b64, b256
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
-    run = subprocess.run([*script, "--records", str(bad), "--out-dir", str(tmp_path / "t2")],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [*script, "--records", str(bad), "--out-dir", str(tmp_path / "t2")], capture_output=True, text=True
+    )
     assert run.returncode != 0 and str(bad) in run.stderr and not (tmp_path / "t2" / "cells.csv").exists()
 
 
 def test_multi_node_cells_count_every_device_of_the_world(tmp_path):
-    cells = by_cell(tables_of(tmp_path, [
-        make_record(mode="single", batch=64, samples_per_s=1000.0),
-        make_record(mode="ddp", gpus=2, nodes=2, batch=64, backend="gloo", samples_per_s=3000.0),
-    ])["cells"])
+    cells = by_cell(
+        tables_of(
+            tmp_path,
+            [
+                make_record(mode="single", batch=64, samples_per_s=1000.0),
+                make_record(mode="ddp", gpus=2, nodes=2, batch=64, backend="gloo", samples_per_s=3000.0),
+            ],
+        )["cells"]
+    )
     multi = cells.loc["synthetic-lenet-ddp-g2-b64-gloo-nodes2"]
     assert (multi["nodes"], multi["devices"], multi["world_size"], multi["global_batch"]) == (2, 4, 4, 64)
     assert multi["baseline"] == "synthetic-lenet-single-g1-b64-none"

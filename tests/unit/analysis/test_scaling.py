@@ -1,33 +1,35 @@
 """The "why not N x" model on records whose parts are known exactly (tests/helpers/records.py)."""
+
 import math
 
 import pandas as pd
 import pytest
-
-from dpstudy.analysis import collect
-
-from dpstudy.analysis import scaling
-
-from dpstudy.analysis import stats
 from helpers.records import CURRENT, make_record, write_records
+
+from dpstudy.analysis import collect, scaling, stats
 
 PROBE = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
 # gloo on CPU between 2 processes: 0.1 GB/s bus bandwidth at every size -> 4e5 B x 2(2-1)/2 / 1e8 B/s = 4 ms
-COMM = pd.DataFrame({"backend": "gloo", "device": "cpu", "world_size": 2, "bytes": [4096, 4 << 20],
-                     "busbw_gbps": 0.1, "reason": None})
+COMM = pd.DataFrame(
+    {"backend": "gloo", "device": "cpu", "world_size": 2, "bytes": [4096, 4 << 20], "busbw_gbps": 0.1, "reason": None}
+)
 
 
 @pytest.fixture
 def tables(tmp_path):
     # single: 6000 samples at 1000/s -> 6.0 s epochs, 2 % waiting (0.12 s), 5.88 s computing
     # ddp g2: 1500/s -> 4.0 s epochs, 5 % waiting (0.2 s)
-    records = [make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
-               make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=PROBE)]
+    records = [
+        make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=PROBE),
+    ]
     return collect.collect(write_records(tmp_path, records), CURRENT)
 
 
 def test_the_parts_and_the_prediction(tables):
-    row = scaling.model(tables["cells"], tables["epochs"], COMM).set_index("cell").loc["synthetic-lenet-ddp-g2-b64-gloo"]
+    row = (
+        scaling.model(tables["cells"], tables["epochs"], COMM).set_index("cell").loc["synthetic-lenet-ddp-g2-b64-gloo"]
+    )
     assert row["steps"] == math.ceil(3000 / 32) == 94
     assert row["ideal_s"] == pytest.approx(3.0) and row["compute_s"] == pytest.approx(2.94)
     assert row["data_wait_s"] == pytest.approx(0.2)
@@ -51,8 +53,10 @@ def test_without_comm_bench_the_probe_times_the_all_reduce(tables):
 
 def test_without_a_probe_the_all_reduce_is_unknown_and_the_rest_holds_it(tmp_path):
     """Records made before the probe existed: no gradient size, so no all-reduce term."""
-    records = [make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
-               make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05)]
+    records = [
+        make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05),
+    ]
     tables = collect.collect(write_records(tmp_path, records), CURRENT)
     row = scaling.model(tables["cells"], tables["epochs"], COMM).iloc[0]
     assert row["allreduce_source"] == "none" and math.isnan(row["loss_sync_s"]) and math.isnan(row["overlap"])
@@ -60,16 +64,20 @@ def test_without_a_probe_the_all_reduce_is_unknown_and_the_rest_holds_it(tmp_pat
 
 
 def test_cells_without_a_finished_baseline_are_left_out(tmp_path):
-    records = [make_record("skipped", mode="single", reason="x"),
-               make_record(mode="ddp", gpus=2, backend="gloo", probe=PROBE)]
+    records = [
+        make_record("skipped", mode="single", reason="x"),
+        make_record(mode="ddp", gpus=2, backend="gloo", probe=PROBE),
+    ]
     tables = collect.collect(write_records(tmp_path, records), CURRENT)
     assert scaling.model(tables["cells"], tables["epochs"], COMM).empty
 
 
 def test_repeats_fold_into_medians(tmp_path):
     records = [make_record(mode="single", samples_per_s=1000.0, repeat=s, suffix=f"-r{s}") for s in range(3)]
-    records += [make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s,
-                            suffix=f"-r{s}") for s, tput in enumerate((1400.0, 1500.0, 1900.0))]
+    records += [
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s, suffix=f"-r{s}")
+        for s, tput in enumerate((1400.0, 1500.0, 1900.0))
+    ]
     tables = collect.collect(write_records(tmp_path, records), CURRENT)
     settings = stats.settings_table(tables["cells"])
     per_setting = scaling.by_setting(scaling.model(tables["cells"], tables["epochs"], COMM), settings)
@@ -83,8 +91,10 @@ def test_repeats_fold_into_medians(tmp_path):
 def test_the_model_per_setting_is_a_table_with_fixed_columns(tmp_path):
     """scaling_settings: by_setting with the setting's number and its largest loss in seconds."""
     records = [make_record(mode="single", samples_per_s=1000.0, repeat=s, suffix=f"-r{s}") for s in range(2)]
-    records += [make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s,
-                            suffix=f"-r{s}") for s, tput in enumerate((1400.0, 1600.0))]
+    records += [
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s, suffix=f"-r{s}")
+        for s, tput in enumerate((1400.0, 1600.0))
+    ]
     tables = collect.collect(write_records(tmp_path, records), CURRENT)
     settings = stats.settings_table(tables["cells"])
     model = scaling.model(tables["cells"], tables["epochs"], COMM)

@@ -1,5 +1,6 @@
 """The intervals dpstudy prints: do they hold their 95 % on repeats like ours, and is a setting's
 speedup one number wherever it is quoted?"""
+
 from __future__ import annotations
 
 import math
@@ -7,9 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.records import cells_frame
 
 from dpstudy.analysis import stats
-from helpers.records import cells_frame
 
 # CV of steady throughput between repeats: 5 % (the target on a quiet host), 20 % (what the default
 # study showed on the shared 2-core VM before issue 14), 3 % (a GPU).
@@ -19,11 +20,12 @@ SIMULATIONS = 2000
 
 def log_sigma(cv: float) -> float:
     """The log-normal sigma whose coefficient of variation is `cv`."""
-    return math.sqrt(math.log(1 + cv ** 2))
+    return math.sqrt(math.log(1 + cv**2))
 
 
-def coverage(n_top: int, n_bottom: int, cv_top: float, cv_bottom: float, true_ratio: float = 1.6,
-             seed: int = 1) -> float:
+def coverage(
+    n_top: int, n_bottom: int, cv_top: float, cv_bottom: float, true_ratio: float = 1.6, seed: int = 1
+) -> float:
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(SIMULATIONS):
@@ -42,7 +44,9 @@ def test_speedup_intervals_cover_the_true_ratio(n, cv):
     assert 0.92 <= covered <= 0.98, f"n={n}, cv={cv}: {covered:.3f}"
 
 
-@pytest.mark.parametrize("n_top,n_bottom,cv_top,cv_bottom", [(3, 5, 0.20, 0.05), (5, 3, 0.05, 0.20), (10, 3, 0.10, 0.03)])
+@pytest.mark.parametrize(
+    "n_top,n_bottom,cv_top,cv_bottom", [(3, 5, 0.20, 0.05), (5, 3, 0.05, 0.20), (10, 3, 0.10, 0.03)]
+)
 def test_intervals_hold_with_unequal_noise_and_repeats(n_top, n_bottom, cv_top, cv_bottom):
     # Welch's degrees of freedom: a noisy multi-device setting against a quiet baseline.
     covered = coverage(n_top, n_bottom, cv_top, cv_bottom, seed=2)
@@ -59,7 +63,7 @@ def test_ratio_is_the_ratio_of_geometric_means_and_symmetric_in_log():
     # Welch by hand: sd of logs, df, t quantile.
     a, b = np.log(top), np.log(bottom)
     va, vb = a.var(ddof=1) / 3, b.var(ddof=1) / 4
-    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
     from scipy.stats import t
 
     assert math.log(high / point) == pytest.approx(t.ppf(0.975, df) * math.sqrt(va + vb))
@@ -89,9 +93,19 @@ def test_mean_interval_and_cv():
 def test_settings_table_quotes_one_speedup_and_flags_noise():
     from dpstudy.analysis.baseline import with_speedup
 
-    cells = cells_frame([("single", 1, 1000.0), ("single", 1, 1050.0), ("single", 1, 980.0),
-                         ("ddp", 2, 1500.0), ("ddp", 2, 1600.0), ("ddp", 2, 1550.0),
-                         ("ddp", 1, 1000.0), ("ddp", 1, 1300.0), ("ddp", 1, 800.0)])
+    cells = cells_frame(
+        [
+            ("single", 1, 1000.0),
+            ("single", 1, 1050.0),
+            ("single", 1, 980.0),
+            ("ddp", 2, 1500.0),
+            ("ddp", 2, 1600.0),
+            ("ddp", 2, 1550.0),
+            ("ddp", 1, 1000.0),
+            ("ddp", 1, 1300.0),
+            ("ddp", 1, 800.0),
+        ]
+    )
     settings = stats.settings_table(cells)
     ddp2 = settings[(settings["mode"] == "ddp") & (settings["gpus"] == 2)].iloc[0]
     expected = stats.ratio([1500, 1600, 1550], [1000, 1050, 980])
@@ -124,8 +138,9 @@ def test_varied_keys_name_what_differs():
 
 
 def test_verdict_reads_the_interval_against_one_and_the_noise():
-    row = lambda low, high, noisy=False: {"noisy": noisy, "speedup": (low + high) / 2,  # noqa: E731
-                                          "speedup_low": low, "speedup_high": high}
+    def row(low, high, noisy=False):
+        return {"noisy": noisy, "speedup": (low + high) / 2, "speedup_low": low, "speedup_high": high}
+
     assert stats.verdict(row(1.2, 1.8)) == "faster"
     assert stats.verdict(row(0.5, 0.9)) == "slower"
     assert stats.verdict(row(0.9, 1.1)) == "within noise"

@@ -1,4 +1,5 @@
 """dpstudy.data.registry: registry, generated datasets, and downloads against a loopback HTTP server."""
+
 from __future__ import annotations
 
 import functools
@@ -11,29 +12,36 @@ import sys
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
+from helpers.archives import WRITERS
 from torch import nn
 
-from helpers.archives import WRITERS
 from dpstudy.data import store as data
 from dpstudy.data import synthetic
 from dpstudy.data.registry import DATASETS, DatasetError
 from dpstudy.study import sweeps as studies
 from dpstudy.study.datasets import check_overrides
 from dpstudy.util.errors import ConfigError
-from helpers import REPO
 
 SMALL = {"train_size": 200, "test_size": 40}
 
 
 # --- registry ------------------------------------------------------------------------------
 
+
 def test_registry_entries_are_sane():
-    assert set(DATASETS) == {"mnist", "fashion_mnist", "cifar10", "stl10", "synthetic", "synthetic_rgb",
-                             "synthetic_stl"}
+    assert set(DATASETS) == {
+        "mnist",
+        "fashion_mnist",
+        "cifar10",
+        "stl10",
+        "synthetic",
+        "synthetic_rgb",
+        "synthetic_stl",
+    }
     for name, info in DATASETS.items():
         assert info.name == name
         assert info.channels in (1, 3) and info.size in (28, 32, 96)
@@ -65,6 +73,7 @@ def test_importing_the_registry_does_not_import_torch():
 
 
 # --- generated datasets --------------------------------------------------------------------
+
 
 def test_synthetic_is_deterministic_per_seed():
     first, again = (synthetic.splits(1, 28, 0, 200, 40) for _ in range(2))
@@ -127,9 +136,19 @@ def test_prepare_removes_leftovers_of_a_killed_run(tmp_path):
 
 def lenet(channels: int, size: int) -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(channels, 6, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-        nn.Linear(16 * (size // 4) ** 2, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+        nn.Conv2d(channels, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * (size // 4) ** 2, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, 10),
+    )
 
 
 @pytest.mark.slow
@@ -154,6 +173,7 @@ def test_lenet_learns_synthetic_in_three_epochs(tmp_path):
 
 
 # --- downloads -----------------------------------------------------------------------------
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -262,20 +282,28 @@ def test_silent_server_times_out(tmp_path, monkeypatch):
 
 # --- errors --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, overrides, needle", [
-    ("imagenet", None, "imagenet"),
-    ("mnist", {"colour": 1}, "colour"),
-    ("mnist", {"train_size": 10}, "train_size"),
-    ("synthetic", {"mirror": "http://example.org/"}, "mirror"),
-    ("mnist", {"md5": {"other.gz": "0" * 32}}, "other.gz"),
-    ("mnist", {"md5": {"train-images-idx3-ubyte.gz": "not-a-checksum"}}, "not-a-checksum"),
-])
+
+@pytest.mark.parametrize(
+    "name, overrides, needle",
+    [
+        ("imagenet", None, "imagenet"),
+        ("mnist", {"colour": 1}, "colour"),
+        ("mnist", {"train_size": 10}, "train_size"),
+        ("synthetic", {"mirror": "http://example.org/"}, "mirror"),
+        ("mnist", {"md5": {"other.gz": "0" * 32}}, "other.gz"),
+        ("mnist", {"md5": {"train-images-idx3-ubyte.gz": "not-a-checksum"}}, "not-a-checksum"),
+    ],
+)
 def test_bad_names_and_overrides_are_config_errors(tmp_path, name, overrides, needle):
     with pytest.raises(ConfigError, match=needle):
         check_overrides(name, overrides)
     with pytest.raises(ConfigError, match=needle):  # also when the study loads, before any job
-        studies.load({"datasets": {name: overrides or {}}, "sweeps": [{"name": "s", "dataset": "synthetic",
-                                                                       "model": "lenet", "grid": {"mode": ["single"]}}]})
+        studies.load(
+            {
+                "datasets": {name: overrides or {}},
+                "sweeps": [{"name": "s", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"]}}],
+            }
+        )
     assert not (tmp_path / name).exists()
 
 
@@ -293,6 +321,7 @@ def test_cli_prepares_and_reports_errors_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(tmp_path / "synthetic")
     assert cli["main"](["mnist", "--root", str(tmp_path), "--overrides", "{"]) == 2
     assert "--overrides" in capsys.readouterr().err
-    bad = subprocess.run([sys.executable, str(script), "imagenet", "--root", str(tmp_path)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, str(script), "imagenet", "--root", str(tmp_path)], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "imagenet" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -2,8 +2,17 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from dpstudy.engine.loaders import (DeviceLoader, Shard, TorchLoader, affine_params, crop_flip_params, epoch_indices,
-                             eval_indices, random_affine, random_crop_flip)
+from dpstudy.engine.loaders import (
+    DeviceLoader,
+    Shard,
+    TorchLoader,
+    affine_params,
+    crop_flip_params,
+    epoch_indices,
+    eval_indices,
+    random_affine,
+    random_crop_flip,
+)
 
 N = 96
 IMAGES = torch.randint(0, 256, (N, 3, 8, 8), dtype=torch.uint8)
@@ -12,8 +21,17 @@ MEAN, STD = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
 
 
 def loader(kind, shard, train=True, augment="none", batch=16):
-    common = dict(batch=batch, shard=shard, seed=3, augment=augment, mean=MEAN, std=STD,
-                  device=torch.device("cpu"), train=train, channels_last=False)
+    common = dict(
+        batch=batch,
+        shard=shard,
+        seed=3,
+        augment=augment,
+        mean=MEAN,
+        std=STD,
+        device=torch.device("cpu"),
+        train=train,
+        channels_last=False,
+    )
     if kind == "torch":
         return TorchLoader(IMAGES, LABELS, workers=0, **common)
     return DeviceLoader(IMAGES, LABELS, **common)
@@ -88,7 +106,7 @@ def test_crop_flip_is_a_shifted_possibly_flipped_copy():
     out = random_crop_flip(x, crop_flip_params(2, torch.Generator().manual_seed(1), torch.device("cpu")))
     for i in range(2):
         padded = torch.nn.functional.pad(x[i], (4, 4, 4, 4))
-        candidates = [padded[:, t:t + 8, l:l + 8] for t in range(9) for l in range(9)]
+        candidates = [padded[:, top : top + 8, left : left + 8] for top in range(9) for left in range(9)]
         candidates += [c.flip(-1) for c in candidates]
         assert any(torch.equal(out[i], c) for c in candidates)
 

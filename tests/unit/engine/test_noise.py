@@ -1,5 +1,6 @@
 """What keeps a throughput from being noise: the run order of repeats, pinned ranks, the steady
 window, and the measure of other processes' load."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -11,10 +12,10 @@ import time
 import pytest
 import yaml
 
-from dpstudy.study import sweeps as study
 from dpstudy.engine.monitor import HostLoad
 from dpstudy.engine.outcome import steady_throughput
 from dpstudy.engine.parallel import pin_to_cores
+from dpstudy.study import sweeps as study
 
 
 def test_repeats_run_interleaved_across_settings():
@@ -35,8 +36,10 @@ sweeps:
 
 
 def test_steady_throughput_counts_the_steps_after_warmup():
-    epochs = [{"samples": 1000, "wall_s": 2.0, "steady_samples": 800, "steady_s": 1.0},
-              {"samples": 1000, "wall_s": 1.2, "steady_samples": 1000, "steady_s": 1.2}]
+    epochs = [
+        {"samples": 1000, "wall_s": 2.0, "steady_samples": 800, "steady_s": 1.0},
+        {"samples": 1000, "wall_s": 1.2, "steady_samples": 1000, "steady_s": 1.2},
+    ]
     assert steady_throughput(epochs) == pytest.approx(1800 / 2.2)
     # records without the window (or a run shorter than the warm-up): epochs after the first
     old = [{"samples": 1000, "wall_s": 2.0}, {"samples": 1000, "wall_s": 1.25}]
@@ -58,7 +61,7 @@ def test_ranks_are_pinned_to_their_own_cores(local_rank, threads):
     child.start()
     cores, affinity = queue.get(timeout=30)
     child.join()
-    expected = allowed[local_rank * threads:(local_rank + 1) * threads]
+    expected = allowed[local_rank * threads : (local_rank + 1) * threads]
     if len(expected) < threads:  # more ranks than cores: nothing pinned
         assert cores == [] and affinity == allowed
     else:

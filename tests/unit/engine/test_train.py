@@ -1,4 +1,5 @@
 """The training entry point end to end: real processes, real torchrun, Gloo on CPU."""
+
 import json
 import os
 import subprocess
@@ -7,11 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from dpstudy.data import store as data
-
 from dpstudy.record import fields as record
-from helpers import REPO
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
@@ -27,15 +27,23 @@ def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = No
     launcher = TORCHRUN + [f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
     cmd = launcher + ["-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
     started = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, cwd=REPO)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO
+    )
     proc.seconds = time.time() - started
     return proc
 
 
 def spec_for(data_root, **settings):
-    return {"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64, "epochs": 2,
-            "data_root": str(data_root), **settings}
+    return {
+        "dataset": "synthetic",
+        "model": "lenet",
+        "mode": "single",
+        "batch": 64,
+        "epochs": 2,
+        "data_root": str(data_root),
+        **settings,
+    }
 
 
 def test_single_cell_writes_a_complete_record(data_root, tmp_path):
@@ -97,15 +105,21 @@ def test_ddp_over_gloo_matches_single_device(data_root, tmp_path):
     assert b["summary"]["final_test_acc"] > 0.85
 
 
-@pytest.mark.parametrize("settings, nproc, reason", [
-    ({"mode": "dp", "gpus": 2}, None, "mode dp needs CUDA"),
-    ({"mode": "ddp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
-    ({"device": "cuda"}, None, "no CUDA device is visible"),
-    ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
-    ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match nodes x gpus 1"),
-    ({"mode": "ddp", "gpus": 1, "nodes": 2, "backend": "gloo"}, 1,
-     "nodes 2 needs a launch on 2 nodes (srun torchrun --nnodes=2"),
-])
+@pytest.mark.parametrize(
+    "settings, nproc, reason",
+    [
+        ({"mode": "dp", "gpus": 2}, None, "mode dp needs CUDA"),
+        ({"mode": "ddp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
+        ({"device": "cuda"}, None, "no CUDA device is visible"),
+        ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
+        ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match nodes x gpus 1"),
+        (
+            {"mode": "ddp", "gpus": 1, "nodes": 2, "backend": "gloo"},
+            1,
+            "nodes 2 needs a launch on 2 nodes (srun torchrun --nnodes=2",
+        ),
+    ],
+)
 def test_cells_the_hardware_cannot_run_are_skipped(data_root, tmp_path, settings, nproc, reason):
     proc = train(spec_for(data_root, **settings), tmp_path, nproc=nproc)
     assert proc.returncode == 0, proc.stderr
@@ -151,8 +165,9 @@ def test_bad_spec_is_rejected_before_anything_runs(tmp_path):
 
 
 def test_missing_downloadable_dataset_names_the_preparation_step(tmp_path):
-    proc = train({"dataset": "mnist", "model": "lenet", "mode": "single", "data_root": str(tmp_path / "d")},
-                 tmp_path / "out")
+    proc = train(
+        {"dataset": "mnist", "model": "lenet", "mode": "single", "data_root": str(tmp_path / "d")}, tmp_path / "out"
+    )
     assert proc.returncode != 0
     rec = record.read(tmp_path / "out/record.json")
     assert rec["status"] == "failed" and "'mnist' is not prepared" in rec["reason"] and "prepare_data" in rec["reason"]
@@ -161,16 +176,30 @@ def test_missing_downloadable_dataset_names_the_preparation_step(tmp_path):
 @pytest.mark.slow
 def test_lenet_learns_synthetic_to_90_percent_with_defaults(tmp_path):
     # The issue's bar: default settings, default dataset size, 3 epochs at batch 64.
-    proc = train({"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64,
-                  "data_root": str(tmp_path / "data")}, tmp_path / "out")
+    proc = train(
+        {"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64, "data_root": str(tmp_path / "data")},
+        tmp_path / "out",
+    )
     assert proc.returncode == 0, proc.stderr
     rec = record.read(tmp_path / "out/record.json")
     assert rec["spec"]["epochs"] == 3 and rec["summary"]["final_test_acc"] >= 0.90
 
 
-@pytest.mark.parametrize("settings", [{"precision": "bf16", "channels_last": True}, {"precision": "fp16"},
-                                      {"optimizer": "adam", "lr": 0.001, "loader": "torch", "workers": 1,
-                                       "augment": "crop_flip", "batch_scope": "per_device"}])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"precision": "bf16", "channels_last": True},
+        {"precision": "fp16"},
+        {
+            "optimizer": "adam",
+            "lr": 0.001,
+            "loader": "torch",
+            "workers": 1,
+            "augment": "crop_flip",
+            "batch_scope": "per_device",
+        },
+    ],
+)
 def test_other_settings_train(data_root, tmp_path, settings):
     proc = train(spec_for(data_root, epochs=1, **settings), tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -185,8 +214,16 @@ def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(data_root, tmp_path):
     # two jobs started at the same moment on one machine cannot collide.
     spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
     launcher = TORCHRUN + ["--nproc-per-node=2", "-m", "dpstudy.engine", "--spec", json.dumps(spec)]
-    jobs = [subprocess.Popen(launcher + ["--out", str(tmp_path / name), "--cores", "1"], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
+    jobs = [
+        subprocess.Popen(
+            launcher + ["--out", str(tmp_path / name), "--cores", "1"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
     for job in jobs:
         output, _ = job.communicate(timeout=300)
         assert job.returncode == 0, output

@@ -1,5 +1,6 @@
 """dpstudy's C++/CUDA operators against PyTorch: values, gradients, opcheck, torch.compile,
 bad inputs, the lenet_ext model, and the build."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import REPO
 from torch.library import opcheck
 
 import dpstudy.ext
-from dpstudy.ext import builder
-from dpstudy.ext import reference
-from helpers import REPO
+from dpstudy.ext import builder, reference
 
 EXT_TEST_DIR = REPO / "results" / "ext-test"
 CUDA = torch.cuda.is_available()
@@ -44,15 +44,23 @@ def ops():
 
 # --- rgb_to_grayscale ---------------------------------------------------------------------------
 
+
 def test_grayscale_rounding_rule_on_every_rgb_triple(ops):
     v = torch.arange(1 << 24, dtype=torch.int32)
     images = torch.stack([v >> 16, (v >> 8) & 255, v & 255]).to(torch.uint8).view(3, 4096, 4096)
     assert torch.equal(ops.rgb_to_grayscale(images), reference.rgb_to_grayscale(images))
 
 
-@pytest.mark.parametrize("rgb, gray", [((255, 255, 255), 255), ((1, 0, 0), 0), ((2, 0, 0), 1),
-                                       ((0, 0, 250), 29),  # 28.5 exactly: half rounds up
-                                       ((10, 20, 30), 18)])  # 2.99 + 11.74 + 3.42 = 18.15
+@pytest.mark.parametrize(
+    "rgb, gray",
+    [
+        ((255, 255, 255), 255),
+        ((1, 0, 0), 0),
+        ((2, 0, 0), 1),
+        ((0, 0, 250), 29),  # 28.5 exactly: half rounds up
+        ((10, 20, 30), 18),
+    ],
+)  # 2.99 + 11.74 + 3.42 = 18.15
 def test_grayscale_values_by_hand(ops, rgb, gray):
     image = torch.tensor(rgb, dtype=torch.uint8).view(3, 1, 1)
     assert ops.rgb_to_grayscale(image).item() == gray
@@ -87,7 +95,10 @@ CONV_CASES = [
 
 def _conv_args(case, dtype=torch.float32, device="cpu", requires_grad=False):
     n, c, h, w, o, kh, kw, stride, padding, bias = case
-    make = lambda *s: torch.randn(s, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def make(*s):
+        return torch.randn(s, dtype=dtype, device=device, requires_grad=requires_grad)
+
     return make(n, c, h, w), make(o, c, kh, kw), make(o) if bias else None, stride, padding
 
 
@@ -115,15 +126,21 @@ def test_conv2d_gradcheck_float64(ops, case):
 def test_conv2d_accepts_non_contiguous_input(ops):
     x, w, b, stride, padding = _conv_args(CONV_CASES[1])
     x = x.contiguous(memory_format=torch.channels_last)
-    torch.testing.assert_close(ops.conv2d(x, w.transpose(2, 3).transpose(2, 3), b, stride, padding),
-                               F.conv2d(x, w, b, stride, padding))
+    torch.testing.assert_close(
+        ops.conv2d(x, w.transpose(2, 3).transpose(2, 3), b, stride, padding), F.conv2d(x, w, b, stride, padding)
+    )
 
 
 # --- max_pool2d ---------------------------------------------------------------------------------
 
 # (shape, kernel, stride): non-square, batch 1, overlapping windows (stride < kernel), leftovers
-POOL_CASES = [((1, 1, 4, 4), 2, None), ((2, 3, 7, 9), 2, None), ((2, 7, 9, 8), 3, 2), ((1, 3, 6, 11), (2, 3), (1, 2)),
-              ((3, 2, 5, 5), 1, 3)]
+POOL_CASES = [
+    ((1, 1, 4, 4), 2, None),
+    ((2, 3, 7, 9), 2, None),
+    ((2, 7, 9, 8), 3, 2),
+    ((1, 3, 6, 11), (2, 3), (1, 2)),
+    ((3, 2, 5, 5), 1, 3),
+]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -147,10 +164,15 @@ def test_max_pool2d_gradcheck_float64(ops, shape, kernel, stride):
 
 # --- opcheck and torch.compile ------------------------------------------------------------------
 
+
 def _opcheck_cases() -> dict:
     """Operator and arguments for each case; built lazily, the operators exist only after the build."""
-    conv = lambda case, dtype: _conv_args(case, dtype, requires_grad=True)
-    pair = lambda v: list(F._pair(v))
+
+    def conv(case, dtype):
+        return _conv_args(case, dtype, requires_grad=True)
+
+    def pair(v):
+        return list(F._pair(v))
 
     def conv2d(case, dtype):
         x, w, b, stride, padding = conv(case, dtype)
@@ -193,6 +215,7 @@ def test_torch_compile_traces_forward_and_backward(ops):
 
 # --- bad inputs: clear errors that name the argument --------------------------------------------
 
+
 def _u8(*shape):
     return torch.zeros(shape, dtype=torch.uint8)
 
@@ -201,25 +224,39 @@ BAD_CALLS = {
     "images dtype": (lambda o: o.rgb_to_grayscale(torch.zeros(3, 4, 4)), "'images' must be uint8"),
     "images channels": (lambda o: o.rgb_to_grayscale(_u8(2, 4, 4, 4)), "'images' must have 3 channels"),
     "images dims": (lambda o: o.rgb_to_grayscale(_u8(3, 4)), "'images' must be \\[3, H, W\\]"),
-    "input dtype": (lambda o: o.conv2d(torch.zeros(1, 3, 5, 5, dtype=torch.int32), torch.zeros(2, 3, 3, 3)),
-                    "'input' must be float32 or float64"),
+    "input dtype": (
+        lambda o: o.conv2d(torch.zeros(1, 3, 5, 5, dtype=torch.int32), torch.zeros(2, 3, 3, 3)),
+        "'input' must be float32 or float64",
+    ),
     "input dims": (lambda o: o.conv2d(torch.zeros(3, 5, 5), torch.zeros(2, 3, 3, 3)), "'input' must be a 4-D"),
-    "weight channels": (lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 4, 3, 3)),
-                        "'weight' expects 4 input channels but 'input' has 3"),
-    "weight dtype": (lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3, dtype=torch.float64)),
-                     "'weight' has dtype Double but 'input' has Float"),
-    "weight device": (lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3, device="meta")),
-                      "'weight' is on meta but 'input' is on cpu"),
+    "weight channels": (
+        lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 4, 3, 3)),
+        "'weight' expects 4 input channels but 'input' has 3",
+    ),
+    "weight dtype": (
+        lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3, dtype=torch.float64)),
+        "'weight' has dtype Double but 'input' has Float",
+    ),
+    "weight device": (
+        lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3, device="meta")),
+        "'weight' is on meta but 'input' is on cpu",
+    ),
     "weight size": (lambda o: o.conv2d(torch.zeros(1, 3, 2, 2), torch.zeros(2, 3, 3, 3)), "'weight' kernel 3x3"),
-    "bias size": (lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3), torch.zeros(3)),
-                  "'bias' has 3 values"),
+    "bias size": (
+        lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3), torch.zeros(3)),
+        "'bias' has 3 values",
+    ),
     "stride": (lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3), stride=0), "'stride' must be >= 1"),
-    "padding": (lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3), padding=-1),
-                "'padding' must be >= 0"),
+    "padding": (
+        lambda o: o.conv2d(torch.zeros(1, 3, 5, 5), torch.zeros(2, 3, 3, 3), padding=-1),
+        "'padding' must be >= 0",
+    ),
     "pool dims": (lambda o: o.max_pool2d(torch.zeros(3, 4, 4), 2), "'input' must be a 4-D"),
     "pool kernel": (lambda o: o.max_pool2d(torch.zeros(1, 1, 4, 4), 5), "'kernel_size' \\[5, 5\\] is larger"),
-    "pool indices": (lambda o: torch.ops.dpstudy.max_pool2d_backward(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2),
-                                                                     [4, 4]), "'indices' must be int64"),
+    "pool indices": (
+        lambda o: torch.ops.dpstudy.max_pool2d_backward(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), [4, 4]),
+        "'indices' must be int64",
+    ),
 }
 
 
@@ -238,6 +275,7 @@ def test_tensors_on_different_devices_are_an_error(ops):
 
 
 # --- the lenet_ext model ------------------------------------------------------------------------
+
 
 def test_lenet_ext_trains_like_lenet(ops):
     from dpstudy.models.lenet import LeNet
@@ -276,7 +314,11 @@ def test_under_autocast_the_float_ops_run_in_float32(ops):
         logits = F.linear(pooled.flatten(1), torch.randn(2, 5 * 6 * 6))  # PyTorch's own op: bf16
         double = ops.conv2d(x.detach().double(), w.detach().double(), None, 1, 1)
     assert (y.dtype, pooled.dtype, logits.dtype, double.dtype) == (
-        torch.float32, torch.float32, torch.bfloat16, torch.float64)
+        torch.float32,
+        torch.float32,
+        torch.bfloat16,
+        torch.float64,
+    )
     torch.testing.assert_close(pooled, ops.max_pool2d(ops.conv2d(x, w, None, 1, 1).relu(), 2))
     logits.float().sum().backward()
     assert x.grad.dtype == w.grad.dtype == torch.float32 and x.grad.abs().sum() > 0
@@ -301,6 +343,7 @@ def test_lenet_ext_trains_under_autocast(ops):
 
 
 # --- the build ----------------------------------------------------------------------------------
+
 
 def test_build_json_describes_the_build(ops):
     info = json.loads((EXT_TEST_DIR / "build.json").read_text())
@@ -333,13 +376,35 @@ def test_lenet_ext_trains_under_ddp_through_the_entry_point(ops, tmp_path, synth
 
     from dpstudy.record import fields as record
 
-    spec = {"dataset": "synthetic", "model": "lenet_ext", "mode": "ddp", "gpus": 2, "backend": "gloo",
-            "epochs": 2, "data_root": str(synthetic_root)}
+    spec = {
+        "dataset": "synthetic",
+        "model": "lenet_ext",
+        "mode": "ddp",
+        "gpus": 2,
+        "backend": "gloo",
+        "epochs": 2,
+        "data_root": str(synthetic_root),
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         "-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-        env={**os.environ, "DPSTUDY_EXT_DIR": str(EXT_TEST_DIR)})
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "dpstudy.engine",
+            "--spec",
+            json.dumps(spec),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "DPSTUDY_EXT_DIR": str(EXT_TEST_DIR)},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rec = record.read(tmp_path / "out/record.json")
     assert rec["status"] == "ok" and rec["env"]["world_size"] == 2

@@ -1,6 +1,7 @@
 """The extension's CUDA build where users build it (issue 13): the architecture lists (schema,
 plan, coverage), --require-cuda, a lenet_ext cell refusing a GPU the build has no kernels for, and
 the planned build of a `device: cuda` study, compiled on this GPU-less host."""
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.workflow import REPO, copy_checkout, snakemake
 
 from dpstudy.data import store as data
-
-from dpstudy.record import fields as record
-
-from dpstudy.study import sweeps as studies
 from dpstudy.ext import arch
 from dpstudy.ext.arch import DEFAULT_CUDA_ARCH
+from dpstudy.record import fields as record
+from dpstudy.study import sweeps as studies
 from dpstudy.study.schema import schema
 from dpstudy.util.errors import ConfigError
-from helpers.workflow import REPO, copy_checkout, snakemake
 
 CUDA_STUDY = {
     "study": "cuda_build",
@@ -48,11 +47,43 @@ def torch_can_compile_cuda() -> bool:
 
 # --- the list syntax: dpstudy.ext.arch.LIST, checked when a study loads and when the plan splits it ----
 
-GOOD_LISTS = ["8.0", "8.0;9.0+PTX", "9.0a", "10.0f", "9.0+PTX", "12.1a+PTX", "8.0,9.0", "8.0, 9.0",
-              "8.0 9.0+PTX", "7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX", "8.0;;9.0"]
-BAD_LISTS = ["", "8", ".0", "8.", "sm_80", "8.0;", ";8.0", "8.0+ptx", "8.0+PTX+PTX", "9.0b", "9.0af", "Ampere",
-             "8.0\t9.0", "8.0\n9.0", "\uff18.\uff10", "8.0' ] && touch /tmp/x && [ '1", "$(touch x)",
-             "`touch x`", "8.0;$(id)", "8.0 && id", "8.0|id", "8.0 # comment"]
+GOOD_LISTS = [
+    "8.0",
+    "8.0;9.0+PTX",
+    "9.0a",
+    "10.0f",
+    "9.0+PTX",
+    "12.1a+PTX",
+    "8.0,9.0",
+    "8.0, 9.0",
+    "8.0 9.0+PTX",
+    "7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX",
+    "8.0;;9.0",
+]
+BAD_LISTS = [
+    "",
+    "8",
+    ".0",
+    "8.",
+    "sm_80",
+    "8.0;",
+    ";8.0",
+    "8.0+ptx",
+    "8.0+PTX+PTX",
+    "9.0b",
+    "9.0af",
+    "Ampere",
+    "8.0\t9.0",
+    "8.0\n9.0",
+    "\uff18.\uff10",
+    "8.0' ] && touch /tmp/x && [ '1",
+    "$(touch x)",
+    "`touch x`",
+    "8.0;$(id)",
+    "8.0 && id",
+    "8.0|id",
+    "8.0 # comment",
+]
 
 
 @pytest.mark.parametrize("value", GOOD_LISTS)
@@ -91,16 +122,20 @@ def test_the_default_list_is_documented_where_users_read():
 
 # --- the plan: which architectures the workflow's build_ext gets -------------------------------
 
-@pytest.mark.parametrize("study_arch, cuda_cells, visible, args", [
-    (None, False, [], []),  # a CPU study: no kernels, as before
-    (None, False, [(8, 6)], []),  # GPUs seen but the study runs on the CPU (device cpu, request_gpus never)
-    ("8.6", False, [], ["--cuda-arch", "8.6"]),  # asked for: built when possible, not required
-    (None, True, [], ["--cuda-arch", "8.0;9.0+PTX", "--require-cuda"]),  # a login node without GPUs
-    (None, True, [(9, 0)], ["--cuda-arch", "8.0;9.0+PTX", "--require-cuda"]),  # already listed
-    (None, True, [(8, 6), (7, 5), (8, 6), (12, 0)], ["--cuda-arch", "7.5;8.0;8.6;9.0+PTX;12.0", "--require-cuda"]),
-    ("9.0a", True, [(8, 0)], ["--cuda-arch", "9.0a", "--require-cuda"]),  # the study's list wins
-    ("8.0, 9.0", True, [], ["--cuda-arch", "8.0, 9.0", "--require-cuda"]),
-])
+
+@pytest.mark.parametrize(
+    "study_arch, cuda_cells, visible, args",
+    [
+        (None, False, [], []),  # a CPU study: no kernels, as before
+        (None, False, [(8, 6)], []),  # GPUs seen but the study runs on the CPU (device cpu, request_gpus never)
+        ("8.6", False, [], ["--cuda-arch", "8.6"]),  # asked for: built when possible, not required
+        (None, True, [], ["--cuda-arch", "8.0;9.0+PTX", "--require-cuda"]),  # a login node without GPUs
+        (None, True, [(9, 0)], ["--cuda-arch", "8.0;9.0+PTX", "--require-cuda"]),  # already listed
+        (None, True, [(8, 6), (7, 5), (8, 6), (12, 0)], ["--cuda-arch", "7.5;8.0;8.6;9.0+PTX;12.0", "--require-cuda"]),
+        ("9.0a", True, [(8, 0)], ["--cuda-arch", "9.0a", "--require-cuda"]),  # the study's list wins
+        ("8.0, 9.0", True, [], ["--cuda-arch", "8.0, 9.0", "--require-cuda"]),
+    ],
+)
 def test_build_args(study_arch, cuda_cells, visible, args):
     assert arch.build_args(study_arch, cuda_cells, visible) == args
 
@@ -117,17 +152,34 @@ def test_visible_capabilities_never_raise():
 
 # --- coverage: does a build's code run on a GPU of this capability? ----------------------------
 
-@pytest.mark.parametrize("entries, capability, runs", [
-    (["8.0"], (8, 0), True), (["8.0"], (8, 6), True), (["8.0"], (8, 9), True),  # later minors of its major
-    (["8.0"], (9, 0), False), (["8.0"], (7, 5), False), (["8.6"], (8, 0), False),  # not a later major, not earlier
-    (["9.0+PTX"], (9, 0), True), (["9.0+PTX"], (10, 0), True), (["9.0+PTX"], (12, 1), True),  # PTX: any later GPU
-    (["9.0+PTX"], (8, 9), False),
-    (["9.0a"], (9, 0), True), (["9.0a"], (10, 0), False), (["9.0a+PTX"], (10, 0), False),  # a: this GPU only
-    (["10.0f"], (10, 0), True), (["10.0f"], (10, 3), True), (["10.3f"], (10, 0), False),  # f: its family
-    (["10.0f"], (12, 0), False), (["10.0f+PTX"], (12, 0), False),
-    (["8.0", "9.0+PTX"], (7, 5), False), (["8.0", "9.0+PTX"], (8, 6), True), (["8.0", "9.0+PTX"], (10, 0), True),
-    ([], (8, 0), False),
-])
+
+@pytest.mark.parametrize(
+    "entries, capability, runs",
+    [
+        (["8.0"], (8, 0), True),
+        (["8.0"], (8, 6), True),
+        (["8.0"], (8, 9), True),  # later minors of its major
+        (["8.0"], (9, 0), False),
+        (["8.0"], (7, 5), False),
+        (["8.6"], (8, 0), False),  # not a later major, not earlier
+        (["9.0+PTX"], (9, 0), True),
+        (["9.0+PTX"], (10, 0), True),
+        (["9.0+PTX"], (12, 1), True),  # PTX: any later GPU
+        (["9.0+PTX"], (8, 9), False),
+        (["9.0a"], (9, 0), True),
+        (["9.0a"], (10, 0), False),
+        (["9.0a+PTX"], (10, 0), False),  # a: this GPU only
+        (["10.0f"], (10, 0), True),
+        (["10.0f"], (10, 3), True),
+        (["10.3f"], (10, 0), False),  # f: its family
+        (["10.0f"], (12, 0), False),
+        (["10.0f+PTX"], (12, 0), False),
+        (["8.0", "9.0+PTX"], (7, 5), False),
+        (["8.0", "9.0+PTX"], (8, 6), True),
+        (["8.0", "9.0+PTX"], (10, 0), True),
+        ([], (8, 0), False),
+    ],
+)
 def test_covers(entries, capability, runs):
     assert arch.covers(entries, capability) is runs
 
@@ -141,20 +193,24 @@ def test_the_default_covers_current_data_center_gpus():
 def test_a_cpu_only_build_is_refused_with_its_note_and_the_fix():
     build = {"with_cuda": False, "cuda_arch": [], "note": "CPU-only build: no GPU is visible, so ..."}
     reason = arch.missing_kernels(build, (8, 6), "results/ext", "NVIDIA A10")
-    assert reason == ("the extension in results/ext was built without CUDA kernels (CPU-only build: no GPU is "
-                      "visible, so ...); rebuild it with ext.cuda_arch including 8.6")
+    assert reason == (
+        "the extension in results/ext was built without CUDA kernels (CPU-only build: no GPU is "
+        "visible, so ...); rebuild it with ext.cuda_arch including 8.6"
+    )
 
 
 def test_a_build_for_other_gpus_is_refused_naming_both():
     build = {"with_cuda": True, "cuda_arch": ["8.0", "9.0+PTX"], "note": None}
     assert arch.missing_kernels(build, (7, 5), "results/ext", "Tesla T4") == (
         "the extension in results/ext was built for sm_80, sm_90 + PTX compute_90, not for this GPU's sm_75 "
-        "(Tesla T4); rebuild it with ext.cuda_arch including 7.5")
+        "(Tesla T4); rebuild it with ext.cuda_arch including 7.5"
+    )
     assert arch.missing_kernels(build, (8, 6), "results/ext", "NVIDIA A10") is None
     assert "no readable build.json" in arch.missing_kernels(None, (8, 0), "results/ext")
 
 
 # --- the refusal in a training run: a failed record with the reason ------------------------------
+
 
 @pytest.fixture
 def fake_build(tmp_path, monkeypatch):
@@ -177,8 +233,11 @@ def test_check_kernels_refuses_a_gpu_the_build_has_no_kernels_for(fake_build):
 
     fake_build.write_text(json.dumps({"with_cuda": True, "cuda_arch": ["8.0", "9.0+PTX"], "note": None}))
     check_kernels([])  # the CPU: nothing to check
-    with pytest.raises(MissingKernels, match=r"built for sm_80, sm_90 \+ PTX compute_90, not for this GPU's "
-                                             r"sm_75 \(Tesla T4\); rebuild it with ext.cuda_arch including 7.5"):
+    with pytest.raises(
+        MissingKernels,
+        match=r"built for sm_80, sm_90 \+ PTX compute_90, not for this GPU's "
+        r"sm_75 \(Tesla T4\); rebuild it with ext.cuda_arch including 7.5",
+    ):
         check_kernels([0])
     fake_build.write_text(json.dumps({"with_cuda": True, "cuda_arch": ["7.5"], "note": None}))
     check_kernels([0])
@@ -188,20 +247,27 @@ def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_
     import torch
 
     from dpstudy import models
-
+    from dpstudy.engine import train
+    from dpstudy.engine.parallel import Parallel
+    from dpstudy.models.lenet import LeNet
     from dpstudy.study import spec as specs
 
-    from dpstudy.engine import train
-    from dpstudy.models.lenet import LeNet
-    from dpstudy.engine.parallel import Parallel
-
-    fake_build.write_text(json.dumps({"with_cuda": False, "cuda_arch": [], "note": "CPU-only build: torch has no CUDA"}))
+    fake_build.write_text(
+        json.dumps({"with_cuda": False, "cuda_arch": [], "note": "CPU-only build: torch has no CUDA"})
+    )
     # A CPU run whose process drives "GPU 0", with a plain LeNet standing in for the built library.
     monkeypatch.setattr(Parallel, "devices", lambda self: [0])
     monkeypatch.setattr(models, "build", lambda name, *shape: LeNet(*shape))
     data.prepare("synthetic", tmp_path / "data", {"train_size": 64, "test_size": 32})
-    spec = specs.complete({"dataset": "synthetic", "model": "lenet_ext", "mode": "single", "epochs": 1,
-                           "data_root": str(tmp_path / "data")})
+    spec = specs.complete(
+        {
+            "dataset": "synthetic",
+            "model": "lenet_ext",
+            "mode": "single",
+            "epochs": 1,
+            "data_root": str(tmp_path / "data"),
+        }
+    )
     threads, cores = torch.get_num_threads(), os.sched_getaffinity(0)
     try:  # run() sets this process's threads and pins it to its cores, as it owns a cell's process
         code = train.run(spec, str(tmp_path / "cell"), "cell", time.time(), cores=1)
@@ -212,10 +278,12 @@ def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_
     assert code == 1 and rec["status"] == "failed" and not rec["epochs"]
     assert rec["reason"].startswith(
         f"rank 0: MissingKernels: the extension in {fake_build.parent} was built without CUDA kernels "
-        "(CPU-only build: torch has no CUDA); rebuild it with ext.cuda_arch including 7.5")
+        "(CPU-only build: torch has no CUDA); rebuild it with ext.cuda_arch including 7.5"
+    )
 
 
 # --- --require-cuda: no silent CPU-only library for a study that runs CUDA cells ----------------
+
 
 def test_required_kernels_that_cannot_be_built_are_an_error_before_compiling(tmp_path):
     from dpstudy.ext import builder
@@ -227,12 +295,24 @@ def test_required_kernels_that_cannot_be_built_are_an_error_before_compiling(tmp
 
 def test_build_ext_script_fails_with_the_reason(tmp_path):
     env = {**os.environ, "DPSTUDY_EXT_CPU_ONLY": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "scripts/build_ext.py", "--out", str(tmp_path / "ext"), "--require-cuda"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "scripts/build_ext.py", "--out", str(tmp_path / "ext"), "--require-cuda"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "the study runs CUDA cells, so the extension needs CUDA kernels" in proc.stderr
     assert "DPSTUDY_EXT_CPU_ONLY=1" in proc.stderr and not (tmp_path / "ext/build.json").exists()
-    proc = subprocess.run([sys.executable, "scripts/build_ext.py", "--out", str(tmp_path / "ext"),
-                           "--cuda-arch", "8.0; id"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "scripts/build_ext.py", "--out", str(tmp_path / "ext"), "--cuda-arch", "8.0; id"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "--cuda-arch: '8.0; id' is not a CUDA architecture list" in proc.stderr
 
 
@@ -247,6 +327,7 @@ def test_required_kernels_without_a_gpu_or_a_list_use_the_default(monkeypatch):
 
 # --- the workflow: a device: cuda study on this GPU-less host ------------------------------------
 
+
 def planned_build_command(checkout: Path) -> str:
     proc = snakemake(checkout, "-n", "-p", "results/ext/build.json", config=CUDA_STUDY)
     commands = re.findall(r"^Shell command: (python scripts/build_ext\.py .*)$", proc.stdout, re.MULTILINE)
@@ -256,8 +337,10 @@ def planned_build_command(checkout: Path) -> str:
 
 def test_a_cuda_study_plans_a_build_with_kernels_on_a_gpu_less_host(tmp_path):
     command = planned_build_command(copy_checkout(tmp_path))
-    assert command == ("python scripts/build_ext.py --out results/ext --cuda-arch '8.0;9.0+PTX' --require-cuda"
-                       " > results/logs/build_ext.log 2>&1")
+    assert command == (
+        "python scripts/build_ext.py --out results/ext --cuda-arch '8.0;9.0+PTX' --require-cuda"
+        " > results/logs/build_ext.log 2>&1"
+    )
 
 
 @pytest.mark.slow
@@ -267,8 +350,15 @@ def test_the_planned_cuda_build_compiles_the_kernels_here(tmp_path):
     sm_80, sm_90 and PTX 9.0, and the child process loads the library (running the kernels needs a
     GPU: tests/unit/ext/test_ext.py's gpu tests). Minutes of nvcc: the only CUDA compile of the suite."""
     checkout = copy_checkout(tmp_path)
-    snakemake(checkout, "--cores", "2", "results/ext/build.json", config=CUDA_STUDY,
-              env={"DPSTUDY_EXT_CPU_ONLY": "0"}, timeout=1500)
+    snakemake(
+        checkout,
+        "--cores",
+        "2",
+        "results/ext/build.json",
+        config=CUDA_STUDY,
+        env={"DPSTUDY_EXT_CPU_ONLY": "0"},
+        timeout=1500,
+    )
     info = json.loads((checkout / "results/ext/build.json").read_text())
     assert info["with_cuda"] and info["cuda_arch"] == ["8.0", "9.0+PTX"] and info["note"] is None
     assert info["cuda_arch_source"] == "argument"
@@ -284,9 +374,13 @@ def test_a_library_built_for_another_torch_is_refused_with_what_to_do(tmp_path):
     (tmp_path / "dpstudy_ext.so").write_bytes(b"not loaded")
     other = "1.13.1+cu117"  # not the running torch, whichever that is
     (tmp_path / "build.json").write_text(json.dumps({"torch": other, "sources_sha256": "x"}))
-    code = ("import sys; from dpstudy.ext.loader import load_library, ExtensionMismatch\n"
-            "try:\n    load_library(sys.argv[1])\nexcept ExtensionMismatch as e:\n    print(e); sys.exit(3)")
+    code = (
+        "import sys; from dpstudy.ext.loader import load_library, ExtensionMismatch\n"
+        "try:\n    load_library(sys.argv[1])\nexcept ExtensionMismatch as e:\n    print(e); sys.exit(3)"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 3, proc.stderr
-    assert (f"{tmp_path / 'dpstudy_ext.so'} was built for torch {other}, but this is torch {torch.__version__}: "
-            f"rebuild it (`python scripts/build_ext.py --out {tmp_path}`") in proc.stdout
+    assert (
+        f"{tmp_path / 'dpstudy_ext.so'} was built for torch {other}, but this is torch {torch.__version__}: "
+        f"rebuild it (`python scripts/build_ext.py --out {tmp_path}`"
+    ) in proc.stdout

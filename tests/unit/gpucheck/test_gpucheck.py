@@ -1,6 +1,7 @@
 """`make gpu-check` (dpstudy.gpucheck) on a machine without a GPU: its no-GPU exit, its summary
 writer on recorded raw files (tests/data/gpucheck/, hand-made), its registry, and the measuring
 functions of its items run on CPU at tiny sizes."""
+
 from __future__ import annotations
 
 import json
@@ -13,29 +14,38 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from helpers import REPO
 
 from dpstudy.gpucheck import items, registry, runner, study, summary, worker
-from helpers import REPO
 
 RECORDED = REPO / "tests" / "data" / "gpucheck"
 
 
 def _gpucheck(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpstudy.gpucheck", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "dpstudy.gpucheck", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture
 def recorded(tmp_path):
     """A copy of a recorded set of raw files: recorded("h100-one-missed") -> its folder."""
+
     def copy(name: str) -> Path:
         out = tmp_path / name
         shutil.copytree(RECORDED / name, out)
         return out
+
     return copy
 
 
 # ---- (a) no GPU: one line, exit 77, nothing written ---------------------------------------------
+
 
 def test_without_a_gpu_it_says_so_in_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "gc"
@@ -52,8 +62,12 @@ def test_make_gpu_check_without_a_gpu_runs_nothing(tmp_path):
     # Through make (the venv is up to date, so setup is silent): the one line, then make's own
     # report of the status; make itself exits 2 whatever a recipe's status was.
     before = sorted(p.name for p in (REPO / "results").iterdir()) if (REPO / "results").exists() else []
-    proc = subprocess.run(["make", "--no-print-directory", "-C", str(REPO), "gpu-check"], capture_output=True,
-                          text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), "gpu-check"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert lines[0].startswith("gpu-check: no CUDA GPU visible") and lines[-1].endswith("Error 77"), lines
@@ -68,6 +82,7 @@ def test_only_rejects_unknown_items_before_anything_runs(tmp_path):
 
 
 # ---- (b) the summary writer on recorded inputs --------------------------------------------------
+
 
 def _rows(text: str) -> dict[tuple[str, str], list[str]]:
     """{(item, figure): [measured, target, verdict]} from summary.md's table."""
@@ -97,13 +112,23 @@ def test_summary_has_every_figure_with_its_target_and_the_missed_one_fails(recor
     assert summary.exit_status(verdicts) == 1
     # figures read as people write them
     assert rows[("resnet", "training images/s (device loader, steady epochs)")][:2] == [
-        "43,700 img/s (9 steady epochs of 50,000 images in 10.3 s; data wait 1.2 %)", "≥ 40,000 img/s"]
+        "43,700 img/s (9 steady epochs of 50,000 images in 10.3 s; data wait 1.2 %)",
+        "≥ 40,000 img/s",
+    ]
     assert rows[("grayscale", "extension bandwidth / peak memory bandwidth")][0].startswith("72 % of 3.35 TB/s")
     assert rows[("loader", "device loader (c) vs DataLoader (a), epoch time")][1:] == ["≥ 20x", "PASS"]
     assert rows[("resnet", "MFU (dense BF16 peak)")][0].startswith("15 % of 990 TFLOP/s")
     # the header and the rest
-    for fact in ("NVIDIA H100 80GB HBM3", "570.124.06", "2.11.0+cu128", "torch/__init__.py", "12.8 / 91002 / 2.27.3",
-                 "**Result: FAIL**", "NCCL at world size 1 moves no data between devices", "`raw/loader.json`"):
+    for fact in (
+        "NVIDIA H100 80GB HBM3",
+        "570.124.06",
+        "2.11.0+cu128",
+        "torch/__init__.py",
+        "12.8 / 91002 / 2.27.3",
+        "**Result: FAIL**",
+        "NCCL at world size 1 moves no data between devices",
+        "`raw/loader.json`",
+    ):
         assert fact in text, fact
 
 
@@ -146,10 +171,12 @@ def test_summary_is_a_pure_function_of_the_raw_files(recorded):
 
 # ---- (c) the registry ---------------------------------------------------------------------------
 
+
 def test_the_items_are_exactly_the_six_in_order():
     assert registry.NAMES == ("tests", "study", "loader", "resnet", "grayscale", "comm")
-    assert [f.target.describe(f.fmt) for i in registry.ITEMS for f in i.figures if f.target and f.target.op != "true"] \
-        == ["≥ 1", "= 0", "≥ 20x", "< 5 %", "≥ 40,000 img/s", "≥ 50 %"]
+    assert [
+        f.target.describe(f.fmt) for i in registry.ITEMS for f in i.figures if f.target and f.target.op != "true"
+    ] == ["≥ 1", "= 0", "≥ 20x", "< 5 %", "≥ 40,000 img/s", "≥ 50 %"]
     for item in registry.ITEMS:  # every function exists (imported, not run)
         module, function = item.function.split(":")
         assert callable(getattr(__import__(module, fromlist=[function]), function))
@@ -160,12 +187,19 @@ def test_targets_and_formats():
     assert at_least.met(20) and not at_least.met(19.9) and not at_least.met(None) and not at_least.met(float("nan"))
     assert registry.Target("true").met(True) and not registry.Target("true").met(1)
     fmt = registry.FORMATS
-    assert fmt["img_per_s"](41234.5) == "41,200 img/s" and fmt["share"](0.031) == "3.1 %" and fmt["share"](0.624) == "62 %"
+    assert (
+        fmt["img_per_s"](41234.5) == "41,200 img/s" and fmt["share"](0.031) == "3.1 %" and fmt["share"](0.624) == "62 %"
+    )
     assert fmt["bytes_per_s"](2.41e12) == "2.41 TB/s" and fmt["bytes_per_s"](6.1e11) == "610 GB/s"
-    assert fmt["duration"](468.2) == "7 min 48 s" and fmt["ratio"](27.43) == "27.4x" and fmt["flop"](3.329e9) == "3.33 GFLOP"
+    assert (
+        fmt["duration"](468.2) == "7 min 48 s"
+        and fmt["ratio"](27.43) == "27.4x"
+        and fmt["flop"](3.329e9) == "3.33 GFLOP"
+    )
 
 
 # ---- (d) the items' measuring functions, on CPU at tiny sizes -----------------------------------
+
 
 def test_resnet_throughput_on_cpu_counts_flops_like_models_stats():
     from dpstudy import models
@@ -182,8 +216,8 @@ def test_resnet_throughput_on_cpu_counts_flops_like_models_stats():
 
 
 def test_grayscale_bandwidth_counts_bytes_and_checks_the_output():
-    from dpstudy.microbench import bandwidth
     from dpstudy.ext import reference
+    from dpstudy.microbench import bandwidth
 
     assert bandwidth.grayscale_bytes((2, 3, 4, 5)) == 2 * 4 * 5 * (3 + 1)
     assert bandwidth.grayscale_bytes((3, 7, 9)) == 7 * 9 * 4
@@ -204,11 +238,22 @@ def test_grayscale_bandwidth_counts_bytes_and_checks_the_output():
 def test_peak_table_finds_devices_by_their_torch_names():
     from dpstudy.microbench import peaks
 
-    expect = {"NVIDIA H100 80GB HBM3": (989.5, 3.35), "NVIDIA H100 PCIe": (756.5, 2.0), "NVIDIA H100 NVL": (835.5, 3.9),
-              "NVIDIA H200": (989.5, 4.8), "NVIDIA H200 NVL": (835.5, 4.8), "NVIDIA GH200 480GB": (989.5, 4.0),
-              "NVIDIA A100-SXM4-40GB": (312, 1.555), "NVIDIA A100-SXM4-80GB": (312, 2.039),
-              "NVIDIA A100 80GB PCIe": (312, 1.935), "NVIDIA A10": (125, 0.6), "NVIDIA L4": (121, 0.3),
-              "NVIDIA L40S": (362, 0.864), "NVIDIA L40": (181, 0.864), "NVIDIA B200": (2250, 8.0)}
+    expect = {
+        "NVIDIA H100 80GB HBM3": (989.5, 3.35),
+        "NVIDIA H100 PCIe": (756.5, 2.0),
+        "NVIDIA H100 NVL": (835.5, 3.9),
+        "NVIDIA H200": (989.5, 4.8),
+        "NVIDIA H200 NVL": (835.5, 4.8),
+        "NVIDIA GH200 480GB": (989.5, 4.0),
+        "NVIDIA A100-SXM4-40GB": (312, 1.555),
+        "NVIDIA A100-SXM4-80GB": (312, 2.039),
+        "NVIDIA A100 80GB PCIe": (312, 1.935),
+        "NVIDIA A10": (125, 0.6),
+        "NVIDIA L4": (121, 0.3),
+        "NVIDIA L40S": (362, 0.864),
+        "NVIDIA L40": (181, 0.864),
+        "NVIDIA B200": (2250, 8.0),
+    }
     for name, (tflops, tbps) in expect.items():
         peak = peaks.lookup(name)
         assert peak is not None and (peak.bf16_tflops, peak.mem_tbps) == (tflops, tbps), name
@@ -235,7 +280,8 @@ def test_junit_counts_and_the_tests_verdict(tmp_path):
         '<testcase classname="tests.test_gpu" name="test_a"/>'
         '<testcase classname="tests.test_gpu" name="test_b"><failure message="AssertionError: 3 pixels differ">'
         'x</failure></testcase><testcase classname="tests.test_ext" name="test_c"><error message="fixture">e</error>'
-        '</testcase></testsuite></testsuites>')
+        "</testcase></testsuite></testsuites>"
+    )
     counts = items.junit_counts(xml)
     assert (counts["ran"], counts["failed"], counts["passed"], counts["skipped"]) == (5, 2, 3, 2)
     assert [f["test"] for f in counts["failing"]] == ["tests.test_gpu::test_b", "tests.test_ext::test_c"]
@@ -267,20 +313,34 @@ def test_study_checks_read_the_tables():
     assert any("Gloo timeout" in n for n in result["notes"]) and any("c-ddp-g2" in n for n in result["notes"])
     no_dp = [c for c in ok if c[1] != "dp"]
     assert study.check_tables(_cells(no_dp), util, 2, {}, [])["figures"]["core_cells_ok"] is False
-    assert "every cell fits the 2 visible GPUs" in study.check_tables(_cells(ok), util, 2, {}, [])["details"][
-        "too_big_skipped"]
+    assert (
+        "every cell fits the 2 visible GPUs"
+        in study.check_tables(_cells(ok), util, 2, {}, [])["details"]["too_big_skipped"]
+    )
 
 
 def test_study_knows_which_cells_need_more_gpus_and_what_snakemake_left_out():
     too_big = study.too_big_cells(1)
     assert len(too_big) == 18 and set(too_big.values()) == {2}
     assert study.too_big_cells(2) == {}
-    line = ("2 cells need more GPUs than --resources gpu allows and are left out: "
-            "synthetic-lenet-dp-g2-b64-none-r0, synthetic-lenet-ddp-g2-b64-nccl-r0\n")
-    assert study.left_out_cells(["Building DAG\n", line]) == ["synthetic-lenet-dp-g2-b64-none-r0",
-                                                               "synthetic-lenet-ddp-g2-b64-nccl-r0"]
-    assert study.snakemake_command(1, 16)[1:] == ["-m", "snakemake", "--cores", "16", "--resources", "gpu=1",
-                                                  "--config", "device=cuda"]
+    line = (
+        "2 cells need more GPUs than --resources gpu allows and are left out: "
+        "synthetic-lenet-dp-g2-b64-none-r0, synthetic-lenet-ddp-g2-b64-nccl-r0\n"
+    )
+    assert study.left_out_cells(["Building DAG\n", line]) == [
+        "synthetic-lenet-dp-g2-b64-none-r0",
+        "synthetic-lenet-ddp-g2-b64-nccl-r0",
+    ]
+    assert study.snakemake_command(1, 16)[1:] == [
+        "-m",
+        "snakemake",
+        "--cores",
+        "16",
+        "--resources",
+        "gpu=1",
+        "--config",
+        "device=cuda",
+    ]
 
 
 def test_comm_figures_on_one_gpu_and_on_two():
@@ -289,8 +349,17 @@ def test_comm_figures_on_one_gpu_and_on_two():
     def rows(backend, world):
         sizes = [4096, 1 << 20, 256 << 20]
         median = [2e-5, 1e-4, 5e-2]
-        df = pd.DataFrame({"backend": backend, "device": "cuda", "world_size": world, "bytes": sizes,
-                           "size": [comm.size_label(n) for n in sizes], "median_s": median, "reason": None})
+        df = pd.DataFrame(
+            {
+                "backend": backend,
+                "device": "cuda",
+                "world_size": world,
+                "bytes": sizes,
+                "size": [comm.size_label(n) for n in sizes],
+                "median_s": median,
+                "reason": None,
+            }
+        )
         df["busbw_gbps"] = df.bytes / df.median_s / 1e9 * 2 * (world - 1) / world
         return df
 

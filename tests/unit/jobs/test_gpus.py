@@ -1,5 +1,6 @@
 """The GPU slot pool: distinct devices for concurrent jobs; a killed holder frees its slots; and
 the one policy of which GPUs a job sees (job_environment), which the launcher follows too."""
+
 import os
 import signal
 import subprocess
@@ -62,8 +63,13 @@ def test_wrapper_follows_the_policy(tmp_path):
     show = [sys.executable, "-c", "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'unset'))"]
 
     def seen(gpus: int, env: dict) -> str:
-        return subprocess.run([sys.executable, "-m", "dpstudy.jobs.gpus", "--gpus", str(gpus), "--pool", str(tmp_path),
-                               "--", *show], capture_output=True, text=True, check=True, env=env).stdout
+        return subprocess.run(
+            [sys.executable, "-m", "dpstudy.jobs.gpus", "--gpus", str(gpus), "--pool", str(tmp_path), "--", *show],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        ).stdout
 
     unset = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     scheduled = {**os.environ, "CUDA_VISIBLE_DEVICES": "5,7"}

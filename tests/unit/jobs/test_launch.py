@@ -3,6 +3,7 @@
 The launcher runs in a subprocess with its training command replaced by a small Python child,
 so every ending (a record, none, a signal, a dead parent) is exercised for real in milliseconds.
 """
+
 import json
 import os
 import signal
@@ -13,21 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-from dpstudy.jobs import launch
-
+from dpstudy.jobs import launch, slurm
 from dpstudy.record import fields as record
-
-from dpstudy.jobs import slurm
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.spec import complete
-from helpers import REPO
 
 DDP = complete({"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "backend": "gloo"})
 SINGLE = complete({"dataset": "synthetic", "model": "lenet", "mode": "single"})
 
 
 # ---- the command line -------------------------------------------------------------------------
+
 
 def test_single_and_dp_run_one_python_process(tmp_path):
     argv = launch.command(SINGLE, "c", tmp_path, 1, None)
@@ -39,17 +38,22 @@ def test_ddp_on_one_node_runs_torchrun_standalone(tmp_path):
     argv = launch.command(DDP, "c", tmp_path, 2, None)
     # the venv's torchrun, or torch's module where the host's torch brings no script (TORCH=system)
     runner = argv[:1] if argv[0].endswith("torchrun") else argv[:3]
-    assert runner in ([str(Path(sys.executable).parent / "torchrun")],
-                      [sys.executable, "-m", "torch.distributed.run"])
-    assert argv[len(runner):len(runner) + 2] == ["--standalone", "--nproc-per-node=2"]
+    assert runner in ([str(Path(sys.executable).parent / "torchrun")], [sys.executable, "-m", "torch.distributed.run"])
+    assert argv[len(runner) : len(runner) + 2] == ["--standalone", "--nproc-per-node=2"]
 
 
 def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path):
     spec = {**DDP, "nodes": 2}
     argv = launch.command(spec, "c", tmp_path, 2, slurm.Allocation("77", 2, "10.0.0.5"))
-    assert argv[:6] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2",
-                        "--kill-on-bad-exit=1"]
-    rest = argv[argv.index("--nnodes=2"):]
+    assert argv[:6] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=2",
+        "--kill-on-bad-exit=1",
+    ]
+    rest = argv[argv.index("--nnodes=2") :]
     assert rest[:3] == ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d"]
     host, port = rest[3].removeprefix("--rdzv-endpoint=").split(":")
     assert host == "10.0.0.5" and 1024 <= int(port) < 65536 and rest[4] == "--rdzv-id=77"
@@ -63,8 +67,17 @@ def test_a_multi_node_cell_outside_an_allocation_big_enough_runs_alone_to_record
 
 # ---- how a job ends ---------------------------------------------------------------------------
 
-def start_launcher(tmp_path: Path, child: str, *, attempt: int = 1, gpus: int = 0, env: dict | None = None,
-                   parent: bool = False, spec: dict = SINGLE) -> subprocess.Popen:
+
+def start_launcher(
+    tmp_path: Path,
+    child: str,
+    *,
+    attempt: int = 1,
+    gpus: int = 0,
+    env: dict | None = None,
+    parent: bool = False,
+    spec: dict = SINGLE,
+) -> subprocess.Popen:
     """The launcher with `child` (Python source) as its training command. parent=True puts a
     sleeping Python process between the test and the launcher (its pid is printed first)."""
     child_file = tmp_path / "child.py"
@@ -72,15 +85,35 @@ def start_launcher(tmp_path: Path, child: str, *, attempt: int = 1, gpus: int = 
     run = textwrap.dedent(f"""
         import sys
         import dpstudy.jobs.launch as launch
-        launch.command = lambda *args: [sys.executable, {str(child_file)!r}, {str(tmp_path / 'cell')!r}]
-        sys.exit(launch.main({['--spec', json.dumps(spec), '--cell', 'c', '--out', str(tmp_path / 'cell'),
-                              '--log', str(tmp_path / 'cell' / 'train.log'), '--gpus', str(gpus), '--cores', '1',
-                              '--attempt', str(attempt)]!r}))
+        launch.command = lambda *args: [sys.executable, {str(child_file)!r}, {str(tmp_path / "cell")!r}]
+        sys.exit(launch.main({
+        [
+            "--spec",
+            json.dumps(spec),
+            "--cell",
+            "c",
+            "--out",
+            str(tmp_path / "cell"),
+            "--log",
+            str(tmp_path / "cell" / "train.log"),
+            "--gpus",
+            str(gpus),
+            "--cores",
+            "1",
+            "--attempt",
+            str(attempt),
+        ]!r
+    }))
     """)
     argv = [sys.executable, "-c", run]
     if parent:
-        argv = [sys.executable, "-c", "import subprocess, sys, time; p = subprocess.Popen(sys.argv[1:]); "
-                "print(p.pid, flush=True); time.sleep(600)", *argv]
+        argv = [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; p = subprocess.Popen(sys.argv[1:]); "
+            "print(p.pid, flush=True); time.sleep(600)",
+            *argv,
+        ]
     return subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, text=True, cwd=REPO)
 
 
@@ -119,8 +152,13 @@ def test_a_child_that_ends_without_a_record_gets_a_failed_one(tmp_path):
 
 
 def test_the_childs_own_record_stands_even_when_it_exits_nonzero(tmp_path):
-    ok = record.make("c", "failed", "rank 0: RuntimeError: x", SINGLE,
-                     {"torch": "t", "python": "p", "hostname": "h", "world_size": 1, "code_version": {}})
+    ok = record.make(
+        "c",
+        "failed",
+        "rank 0: RuntimeError: x",
+        SINGLE,
+        {"torch": "t", "python": "p", "hostname": "h", "world_size": 1, "code_version": {}},
+    )
     child = f"""
         import sys
         from dpstudy.record import fields as record
@@ -171,11 +209,14 @@ def test_a_job_that_reserved_no_gpu_sees_none(tmp_path):
     assert json.loads((tmp_path / "cell/env.json").read_text()) == {"cvd": ""}
 
 
-@pytest.mark.parametrize("spec, reason", [
-    ({**DDP, "backend": "nccl"}, "backend nccl needs CUDA GPUs; on CPU only gloo runs"),
-    ({**SINGLE, "mode": "dp", "gpus": 2}, "mode dp needs CUDA: nn.DataParallel splits batches over GPUs only"),
-    ({**SINGLE, "device": "cuda"}, "device 'cuda' was requested but no CUDA device is visible"),
-])
+@pytest.mark.parametrize(
+    "spec, reason",
+    [
+        ({**DDP, "backend": "nccl"}, "backend nccl needs CUDA GPUs; on CPU only gloo runs"),
+        ({**SINGLE, "mode": "dp", "gpus": 2}, "mode dp needs CUDA: nn.DataParallel splits batches over GPUs only"),
+        ({**SINGLE, "device": "cuda"}, "device 'cuda' was requested but no CUDA device is visible"),
+    ],
+)
 def test_a_cell_needing_cuda_in_a_job_without_gpus_is_skipped_without_starting(tmp_path, spec, reason):
     proc = start_launcher(tmp_path, MARKER, gpus=0, spec=spec)
     assert proc.wait(timeout=60) == 0
@@ -193,6 +234,7 @@ def test_gpus_a_scheduler_gave_are_kept(tmp_path):
 
 # ---- retries after SLURM stopped a job --------------------------------------------------------
 
+
 def fake_slurm(tmp_path: Path, sacct_line: str) -> dict:
     """sacct and scontrol stand-ins on PATH; SLURM_JOB_ID is the retry's own job (43)."""
     bin_dir = tmp_path / "bin"
@@ -207,8 +249,9 @@ def fake_slurm(tmp_path: Path, sacct_line: str) -> dict:
 def previous_attempt(tmp_path: Path, output: str = "") -> None:
     (tmp_path / "cell").mkdir()
     (tmp_path / "slurm-42.out").write_text(output)
-    (tmp_path / "cell/attempt.json").write_text(json.dumps(
-        {"attempt": 1, "scheduler": "slurm", "job_id": "42", "stdout": str(tmp_path / "slurm-42.out")}))
+    (tmp_path / "cell/attempt.json").write_text(
+        json.dumps({"attempt": 1, "scheduler": "slurm", "job_id": "42", "stdout": str(tmp_path / "slurm-42.out")})
+    )
 
 
 def test_a_retry_after_a_time_limit_records_slurms_reason_without_training(tmp_path):
@@ -217,15 +260,21 @@ def test_a_retry_after_a_time_limit_records_slurms_reason_without_training(tmp_p
     assert proc.wait(timeout=60) == 0
     rec = record.read(tmp_path / "cell/record.json")
     assert rec["status"] == "failed"
-    assert rec["reason"] == ("SLURM job 42 was stopped at its time limit of 00:01:00 after 00:01:26 "
-                             "(state TIMEOUT, reason TimeLimit)")
+    assert rec["reason"] == (
+        "SLURM job 42 was stopped at its time limit of 00:01:00 after 00:01:26 (state TIMEOUT, reason TimeLimit)"
+    )
     assert not (tmp_path / "cell/trained").exists()
 
 
 def test_a_retry_after_a_memory_kill_quotes_slurmstepd(tmp_path):
-    previous_attempt(tmp_path, "epoch 1/3 ...\nslurmstepd-n1: error: StepId=42.0 exceeded memory limit "
-                               "(608686080 > 209715200), being killed\n")
-    proc = start_launcher(tmp_path, MARKER, attempt=2, env=fake_slurm(tmp_path, "FAILED|NonZeroExitCode|00:00:05|01:00:00"))
+    previous_attempt(
+        tmp_path,
+        "epoch 1/3 ...\nslurmstepd-n1: error: StepId=42.0 exceeded memory limit "
+        "(608686080 > 209715200), being killed\n",
+    )
+    proc = start_launcher(
+        tmp_path, MARKER, attempt=2, env=fake_slurm(tmp_path, "FAILED|NonZeroExitCode|00:00:05|01:00:00")
+    )
     assert proc.wait(timeout=60) == 0
     reason = record.read(tmp_path / "cell/record.json")["reason"]
     assert reason.startswith("SLURM job 42 was stopped at its memory limit (state FAILED, reason NonZeroExitCode)")
@@ -234,7 +283,9 @@ def test_a_retry_after_a_memory_kill_quotes_slurmstepd(tmp_path):
 
 def test_a_retry_after_a_cancel_ends_without_a_record(tmp_path):
     previous_attempt(tmp_path)
-    proc = start_launcher(tmp_path, MARKER, attempt=2, env=fake_slurm(tmp_path, "CANCELLED by 0|None|00:00:20|01:00:00"))
+    proc = start_launcher(
+        tmp_path, MARKER, attempt=2, env=fake_slurm(tmp_path, "CANCELLED by 0|None|00:00:20|01:00:00")
+    )
     assert proc.wait(timeout=60) == 1
     assert not (tmp_path / "cell/record.json").exists() and not (tmp_path / "cell/trained").exists()
 
@@ -247,11 +298,14 @@ def test_a_retry_after_any_other_ending_trains_again(tmp_path):
     assert "SLURM job 42 ended (state NODE_FAIL)" in (tmp_path / "cell/train.log").read_text()
 
 
-@pytest.mark.parametrize("sacct, scontrol, kind", [
-    (None, "JobId=42 JobState=TIMEOUT Reason=TimeLimit RunTime=00:01:12 TimeLimit=00:01:00", "time"),
-    ("OUT_OF_MEMORY|OutOfMemory|00:00:03|01:00:00", "", "memory"),
-    ("COMPLETED|None|00:00:03|01:00:00", "", "other"),
-])
+@pytest.mark.parametrize(
+    "sacct, scontrol, kind",
+    [
+        (None, "JobId=42 JobState=TIMEOUT Reason=TimeLimit RunTime=00:01:12 TimeLimit=00:01:00", "time"),
+        ("OUT_OF_MEMORY|OutOfMemory|00:00:03|01:00:00", "", "memory"),
+        ("COMPLETED|None|00:00:03|01:00:00", "", "other"),
+    ],
+)
 def test_verdicts_come_from_sacct_else_from_scontrol(monkeypatch, sacct, scontrol, kind):
     answers = {"sacct": sacct, "scontrol": scontrol}
     monkeypatch.setattr(slurm, "run", lambda *argv: answers[argv[0]])
@@ -261,13 +315,19 @@ def test_verdicts_come_from_sacct_else_from_scontrol(monkeypatch, sacct, scontro
 def test_a_memory_verdict_quotes_the_line_with_the_numbers(monkeypatch, tmp_path):
     # slurmstepd's lines as a killed job's output had them, the numberless one first
     output = tmp_path / "6.log"
-    output.write_text("epoch 1/2 ...\nslurmstepd-n2: error: Exceeded job memory limit\n"
-                      "slurmstepd-n2: error: StepId=6.0 exceeded memory limit (700989440 > 209715200), being killed\n"
-                      "srun: error: n2: task 0: Killed\n")
-    monkeypatch.setattr(slurm, "run", lambda *argv: "FAILED|NonZeroExitCode|00:00:09|00:10:00" if argv[0] == "sacct" else "")
+    output.write_text(
+        "epoch 1/2 ...\nslurmstepd-n2: error: Exceeded job memory limit\n"
+        "slurmstepd-n2: error: StepId=6.0 exceeded memory limit (700989440 > 209715200), being killed\n"
+        "srun: error: n2: task 0: Killed\n"
+    )
+    monkeypatch.setattr(
+        slurm, "run", lambda *argv: "FAILED|NonZeroExitCode|00:00:09|00:10:00" if argv[0] == "sacct" else ""
+    )
     verdict = slurm.verdict("6", str(output))
     assert verdict.kind == "memory"
-    assert verdict.text == ("SLURM job 6 was stopped at its memory limit (state FAILED, reason NonZeroExitCode): "
-                            "slurmstepd-n2: error: StepId=6.0 exceeded memory limit (700989440 > 209715200), being killed")
+    assert verdict.text == (
+        "SLURM job 6 was stopped at its memory limit (state FAILED, reason NonZeroExitCode): "
+        "slurmstepd-n2: error: StepId=6.0 exceeded memory limit (700989440 > 209715200), being killed"
+    )
     output.write_text("slurmstepd-n2: error: Exceeded job memory limit\n")
     assert slurm.verdict("6", str(output)).text.endswith(": slurmstepd-n2: error: Exceeded job memory limit")

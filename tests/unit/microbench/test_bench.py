@@ -1,5 +1,6 @@
 """Benchmark smoke tests: the CLIs run with --quick and write the promised tables and figures.
 No timing is asserted; only that every row is there and the ratios are computed."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,12 +12,12 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import REPO
 
 import dpstudy.ext
+from dpstudy.ext import reference
 from dpstudy.microbench import comm, kernels
 from dpstudy.microbench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
-from dpstudy.ext import reference
-from helpers import REPO
 
 EXT_TEST_DIR = REPO / "results" / "ext-test"  # the build test_ext.py uses
 CUDA = torch.cuda.is_available()
@@ -45,9 +46,15 @@ def test_loops_compute_what_the_operators_compute():
 
 
 def test_speedups_compare_within_op_and_shape():
-    df = pd.DataFrame({"op": ["a", "a", "a", "b"], "shape": ["s"] * 4, "impl": ["python_loop", "pytorch", "extension",
-                                                                              "extension"],
-                       "device": ["cpu"] * 4, "median_s": [10.0, 0.5, 0.1, 1.0]})
+    df = pd.DataFrame(
+        {
+            "op": ["a", "a", "a", "b"],
+            "shape": ["s"] * 4,
+            "impl": ["python_loop", "pytorch", "extension", "extension"],
+            "device": ["cpu"] * 4,
+            "median_s": [10.0, 0.5, 0.1, 1.0],
+        }
+    )
     out = kernels.add_speedups(df.reindex(columns=kernels.COLUMNS[:-2]))
     np.testing.assert_allclose(out.speedup_vs_loop[:3], [1, 20, 100])
     np.testing.assert_allclose(out.speedup_vs_pytorch[:3], [0.05, 1, 5])

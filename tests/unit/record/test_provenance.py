@@ -1,5 +1,6 @@
 """Staleness is derived, not listed: the training code is every module a cell imports, and an edit
 to any of it (and to nothing else) changes the source hash that flags finished cells as stale."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from dpstudy.record import provenance
 from dpstudy.study.spec import complete
-from helpers import REPO
 
 # Loaded at the start of every Python process of the job (the launcher, torchrun, each rank): at
 # exit it lists the dpstudy modules the process had imported, whichever way (importlib included).
@@ -32,8 +33,11 @@ def imported_modules(argv: list[str], tmp_path: Path) -> set[str]:
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (tmp_path / "modules").mkdir()
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{REPO}",
-           "DPSTUDY_MODULES_DIR": str(tmp_path / "modules")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{REPO}",
+        "DPSTUDY_MODULES_DIR": str(tmp_path / "modules"),
+    }
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dumps = list((tmp_path / "modules").glob("*.txt"))
@@ -42,15 +46,48 @@ def imported_modules(argv: list[str], tmp_path: Path) -> set[str]:
 
 
 def test_every_module_a_cell_imports_is_training_code(tmp_path, synthetic_root):
-    spec = complete({"dataset": "synthetic", "model": "lenet_ext", "mode": "ddp", "backend": "gloo", "gpus": 1,
-                     "batch": 64, "epochs": 1, "data_root": str(synthetic_root), "device": "cpu"})
+    spec = complete(
+        {
+            "dataset": "synthetic",
+            "model": "lenet_ext",
+            "mode": "ddp",
+            "backend": "gloo",
+            "gpus": 1,
+            "batch": 64,
+            "epochs": 1,
+            "data_root": str(synthetic_root),
+            "device": "cpu",
+        }
+    )
     # The real job: the launcher, torchrun and a rank (lenet_ext loads the extension's layers).
-    modules = imported_modules([sys.executable, "-m", "dpstudy.jobs.launch", "--spec", json.dumps(spec),
-                                "--cell", "probe", "--out", str(tmp_path / "cell"), "--log",
-                                str(tmp_path / "cell.log"), "--gpus", "0", "--cores", "2"], tmp_path)
+    modules = imported_modules(
+        [
+            sys.executable,
+            "-m",
+            "dpstudy.jobs.launch",
+            "--spec",
+            json.dumps(spec),
+            "--cell",
+            "probe",
+            "--out",
+            str(tmp_path / "cell"),
+            "--log",
+            str(tmp_path / "cell.log"),
+            "--gpus",
+            "0",
+            "--cores",
+            "2",
+        ],
+        tmp_path,
+    )
     modules |= {"dpstudy.jobs.launch", "dpstudy.engine.__main__"}  # run as __main__, not imported
-    assert {"dpstudy.record.provenance", "dpstudy.engine.train", "dpstudy.engine.outcome", "dpstudy.engine.monitor",
-            "dpstudy.models.lenet_ext"} <= modules
+    assert {
+        "dpstudy.record.provenance",
+        "dpstudy.engine.train",
+        "dpstudy.engine.outcome",
+        "dpstudy.engine.monitor",
+        "dpstudy.models.lenet_ext",
+    } <= modules
     assert (tmp_path / "cell" / "record.json").is_file()
     training = set(provenance.training_paths())
     outside = sorted(m for m in modules if provenance.module_file(m) not in training)
@@ -75,7 +112,8 @@ before, changed = fresh_hash(), {}
 for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".yaml", ".cpp", ".cu", ".cuh", ".h")
                    and "__pycache__" not in p.parts):
     original = path.read_bytes()
-    path.write_bytes(original + b"\\n// edit\\n" if path.suffix in (".cpp", ".cu", ".cuh", ".h") else original + b"\\n# edit\\n")
+    comment = b"// edit" if path.suffix in (".cpp", ".cu", ".cuh", ".h") else b"# edit"
+    path.write_bytes(original + b"\\n" + comment + b"\\n")
     changed[str(path.relative_to(package))] = fresh_hash() != before
     path.write_bytes(original)
 print(json.dumps(changed))
@@ -87,22 +125,53 @@ def hash_changes(tmp_path_factory) -> dict[str, bool]:
     """{file of the package: whether an edit of it changes the source hash}, on a copy of the package."""
     root = tmp_path_factory.mktemp("package")
     shutil.copytree(provenance.PACKAGE, root / "dpstudy", ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run([sys.executable, "-c", HASH_EACH_EDIT], capture_output=True, text=True, timeout=300,
-                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.run(
+        [sys.executable, "-c", HASH_EACH_EDIT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("module", ["engine/outcome.py", "engine/monitor.py", "engine/train.py", "engine/loaders.py",
-                                    "data/store.py", "data/synthetic.py", "models/resnet.py", "ext/ops.py",
-                                    "ext/csrc/conv2d.cpp", "study/spec.py", "study/schema.yaml", "jobs/launch.py"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "engine/outcome.py",
+        "engine/monitor.py",
+        "engine/train.py",
+        "engine/loaders.py",
+        "data/store.py",
+        "data/synthetic.py",
+        "models/resnet.py",
+        "ext/ops.py",
+        "ext/csrc/conv2d.cpp",
+        "study/spec.py",
+        "study/schema.yaml",
+        "jobs/launch.py",
+    ],
+)
 def test_an_edit_of_training_code_flags_finished_cells(hash_changes, module):
     assert hash_changes[module] is True
 
 
-@pytest.mark.parametrize("module", ["analysis/collect.py", "analysis/stats.py", "report/findings.py",
-                                    "report/text.py", "report/figures.py", "report/sources.yaml",
-                                    "microbench/kernels.py", "gpucheck/runner.py", "study/outputs.py"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "analysis/collect.py",
+        "analysis/stats.py",
+        "report/findings.py",
+        "report/text.py",
+        "report/figures.py",
+        "report/sources.yaml",
+        "microbench/kernels.py",
+        "gpucheck/runner.py",
+        "study/outputs.py",
+    ],
+)
 def test_an_edit_of_aggregation_or_report_code_flags_nothing(hash_changes, module):
     assert hash_changes[module] is False
 

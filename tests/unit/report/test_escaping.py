@@ -1,6 +1,7 @@
 """Text from records is text: what dpstudy.report.text.text()/code() and the report's markdown makers
 give shows, once nbconvert renders it, exactly the characters the record held, and no tag or
 markdown construct the record smuggled in."""
+
 from __future__ import annotations
 
 import io
@@ -9,25 +10,42 @@ from html.parser import HTMLParser
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from helpers.records import CURRENT, make_record, small_grid, write_records
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 from dpstudy.analysis import collect
-
-from dpstudy.report import inventory
-
 from dpstudy.report import figures as plots
+from dpstudy.report import inventory
 from dpstudy.report.text import Safe, code, code_block, markdown_table, not_run_lines, text
-from helpers.records import CURRENT, make_record, small_grid, write_records
 
 IMG = """<img src=x onerror="document.title='pwned'">"""
 SCRIPT = "<script>document.title='pwned2'</script>"
 PAYLOADS = [
-    IMG, SCRIPT, "`tick` and ``two ticks`` and a lone ` tick", "a | b || c", "$x$ and $$y^2$$ cost $5",
+    IMG,
+    SCRIPT,
+    "`tick` and ``two ticks`` and a lone ` tick",
+    "a | b || c",
+    "$x$ and $$y^2$$ cost $5",
     r"*star* **bold** _under_ __dunder__ snake_case_ a__b \backslash\ ~~strike~~",
     "[link](javascript:alert(1)) ![i](x) <https://e.org>",
-    "# heading", "## heading #", "- item", "+ item", "* item", "1. item", "12) item", "> quote", "---", "===",
-    "https://e.org/<b>?a=1&b=2_x_", "&lt; entity &amp; &#36; &#0;", "<!-- comment --> <b onclick='x'>b</b>",
-    "tab\there", "{curly} ^caret^ ==mark== :smile: [^1]", "ends with backslash \\", "-0.430", "3.14",
+    "# heading",
+    "## heading #",
+    "- item",
+    "+ item",
+    "* item",
+    "1. item",
+    "12) item",
+    "> quote",
+    "---",
+    "===",
+    "https://e.org/<b>?a=1&b=2_x_",
+    "&lt; entity &amp; &#36; &#0;",
+    "<!-- comment --> <b onclick='x'>b</b>",
+    "tab\there",
+    "{curly} ^caret^ ==mark== :smile: [^1]",
+    "ends with backslash \\",
+    "-0.430",
+    "3.14",
 ]
 
 
@@ -63,6 +81,7 @@ def squeeze(value: str) -> str:
 
 
 # ---- text() and code() ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", PAYLOADS)
 def test_text_renders_as_exactly_its_characters(value):
@@ -112,6 +131,7 @@ def test_code_block_cannot_be_closed_by_its_content():
 
 # ---- tables and not-run lines -----------------------------------------------------------------
 
+
 def table_cells(markdown: str) -> list[str]:
     """The text of every th and td of the rendered table, in order."""
     cells: list[str] = []
@@ -131,8 +151,9 @@ def table_cells(markdown: str) -> list[str]:
 
 def test_markdown_table_escapes_headers_and_values_and_keeps_safe_ones():
     values = [IMG, SCRIPT, "a | b", "$x$", "`t`", "*s*", "-0.430"]
-    table = pd.DataFrame({f"{IMG} |": pd.Series(values, dtype=object),
-                          "cell": pd.Series([code(v) for v in values], dtype=object)})
+    table = pd.DataFrame(
+        {f"{IMG} |": pd.Series(values, dtype=object), "cell": pd.Series([code(v) for v in values], dtype=object)}
+    )
     markdown = markdown_table(table)
     assert "| -0.430 | `-0.430` |" in markdown
     assert table_cells(markdown) == [f"{IMG} |", "cell", *[v for pair in zip(values, values) for v in pair]]
@@ -146,27 +167,41 @@ def test_markdown_table_keeps_markdown_when_asked():
 
 
 def test_not_run_lines_escape_for_markdown_and_stay_plain_for_figures():
-    rows = pd.DataFrame({"status": ["failed", "failed", "skipped"], "reason": [IMG, IMG, "$x$ * 2"],
-                         "cell": ["a|b", "c`d", "e_f"]})
+    rows = pd.DataFrame(
+        {"status": ["failed", "failed", "skipped"], "reason": [IMG, IMG, "$x$ * 2"], "cell": ["a|b", "c`d", "e_f"]}
+    )
     lines = not_run_lines(rows, "cell", lambda r: code(r.cell))
     assert [shown(line) for line in lines] == [f"2 cells failed: {IMG} (a|b, c`d)", "1 cell skipped: $x$ * 2 (e_f)"]
     named = not_run_lines(rows, "cell", lambda r: r.cell)
     assert shown(named[0]) == f"2 cells failed: {IMG} (a|b, c`d)" and "<img" not in named[0]
     assert not_run_lines(rows, "cell", lambda r: r.cell, markdown=False) == [
-        f"2 cells failed: {IMG} (a|b, c`d)", "1 cell skipped: $x$ * 2 (e_f)"]
+        f"2 cells failed: {IMG} (a|b, c`d)",
+        "1 cell skipped: $x$ * 2 (e_f)",
+    ]
 
 
 # ---- the inventory ----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def poisoned(tmp_path) -> pd.DataFrame:
     """cells.csv's rows with every string column a record can fill holding markup."""
     records = small_grid()
     cells = collect.summarise(collect.collect(write_records(tmp_path, records), CURRENT))["cells"]
-    fields = {"hostname": IMG, "cpu": "*Test* CPU `9000` | $x$", "torch": SCRIPT, "torch_path": f"/opt/{IMG}/torch",
-              "torch_provider": "host", "git_commit": "[commit](javascript:x)", "source_hash": "_hash_",
-              "gpu_names": f"GPU {SCRIPT}; GPU {SCRIPT}", "scheduler": "slurm", "job_id": "7 <b>bold</b>",
-              "rank_nodes": f"n1; {IMG}", "python": "3.11 ~~x~~"}
+    fields = {
+        "hostname": IMG,
+        "cpu": "*Test* CPU `9000` | $x$",
+        "torch": SCRIPT,
+        "torch_path": f"/opt/{IMG}/torch",
+        "torch_provider": "host",
+        "git_commit": "[commit](javascript:x)",
+        "source_hash": "_hash_",
+        "gpu_names": f"GPU {SCRIPT}; GPU {SCRIPT}",
+        "scheduler": "slurm",
+        "job_id": "7 <b>bold</b>",
+        "rank_nodes": f"n1; {IMG}",
+        "python": "3.11 ~~x~~",
+    }
     cells = cells.assign(**fields, cell=cells["cell"] + " `x` | " + SCRIPT)
     return cells.assign(reason=cells["reason"].where(cells["reason"].isna(), IMG + " $x$ | *y*"))
 
@@ -180,16 +215,29 @@ def assert_literal(markdown: str, *values: str) -> None:
 
 
 def test_environment_shows_the_records_strings_as_text(poisoned):
-    assert_literal(inventory.environment(poisoned, f"study {IMG}"), f"study {IMG}", IMG, "*Test* CPU `9000` | $x$",
-                   SCRIPT, f"/opt/{IMG}/torch", "[commit](javascript:x)", "_hash_", f"2 x GPU {SCRIPT}",
-                   "7 <b>bold</b>", "3.11 ~~x~~")
+    assert_literal(
+        inventory.environment(poisoned, f"study {IMG}"),
+        f"study {IMG}",
+        IMG,
+        "*Test* CPU `9000` | $x$",
+        SCRIPT,
+        f"/opt/{IMG}/torch",
+        "[commit](javascript:x)",
+        "_hash_",
+        f"2 x GPU {SCRIPT}",
+        "7 <b>bold</b>",
+        "3.11 ~~x~~",
+    )
 
 
 def test_not_run_stale_and_listing_show_the_records_strings_as_text(poisoned):
     failed = poisoned[poisoned["status"] != "ok"]
     assert_literal(inventory.not_run(poisoned), IMG + " $x$ | *y*", *failed["cell"])
-    assert_literal(inventory.stale(poisoned.assign(stale=True), "tables/```/stale.txt"), *poisoned["cell"],
-                   "--forcerun $(cat tables/```/stale.txt)")
+    assert_literal(
+        inventory.stale(poisoned.assign(stale=True), "tables/```/stale.txt"),
+        *poisoned["cell"],
+        "--forcerun $(cat tables/```/stale.txt)",
+    )
     listing = inventory.cell_listing(poisoned)
     ok = poisoned[poisoned["status"] == "ok"]["cell"]
     assert_literal(listing, *ok)
@@ -206,10 +254,14 @@ def test_configuration_shows_the_file_as_it_is(tmp_path):
 
 # ---- figures: a note's $ is a dollar sign, not mathtext --------------------------------------
 
+
 def test_figure_notes_show_reasons_literally(tmp_path):
     reason = r"cost $\notacommand{x}$ and $5 " + IMG
-    cells = collect.summarise(collect.collect(write_records(tmp_path, [
-        make_record("failed", mode="ddp", gpus=2, backend="gloo", reason=reason)]), CURRENT))["cells"]
+    cells = collect.summarise(
+        collect.collect(
+            write_records(tmp_path, [make_record("failed", mode="ddp", gpus=2, backend="gloo", reason=reason)]), CURRENT
+        )
+    )["cells"]
     fig = plots.message("No cell finished: costs $1 $2.", "title", cells)
     fig.savefig(io.BytesIO(), format="png")  # mathtext would raise on \notacommand
     texts = "\n".join(t.get_text() for t in fig.findobj(plt.Text))

@@ -1,4 +1,5 @@
 """The overview of a study of many settings: varied keys, pivots of medians, extremes, the heat maps."""
+
 from __future__ import annotations
 
 import statistics
@@ -7,13 +8,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.records import CURRENT, make_record, write_records
 
 from dpstudy.analysis import collect, pivots
-
-from dpstudy.report import overview
-
 from dpstudy.report import figures as plots
-from helpers.records import CURRENT, make_record, write_records
+from dpstudy.report import overview
 
 BATCHES = (64, 128, 256, 512)
 LRS = (0.01, 0.03, 0.1, 0.3)
@@ -40,12 +39,35 @@ def grid_records() -> list[dict]:
     for batch in BATCHES:
         for lr in LRS:
             common = {"batch": batch, "lr": lr, "suffix": f"-lr{lr}"}
-            records.append(make_record(mode="single", samples_per_s=single_rate(batch, lr),
-                                       accs=(0.5, accuracy(batch, lr, "single")), **common))
-            records.append(make_record(mode="ddp", gpus=2, backend="gloo", accs=(0.5, accuracy(batch, lr, "ddp")),
-                                       samples_per_s=single_rate(batch, lr) * ddp_speedup(batch, lr), **common))
-    records.append(make_record(mode="dp", gpus=2, batch=64, lr=0.1, suffix="-lr0.1", accs=(0.5, 0.8),
-                               samples_per_s=single_rate(64, 0.1) * DP_SPEEDUP))
+            records.append(
+                make_record(
+                    mode="single",
+                    samples_per_s=single_rate(batch, lr),
+                    accs=(0.5, accuracy(batch, lr, "single")),
+                    **common,
+                )
+            )
+            records.append(
+                make_record(
+                    mode="ddp",
+                    gpus=2,
+                    backend="gloo",
+                    accs=(0.5, accuracy(batch, lr, "ddp")),
+                    samples_per_s=single_rate(batch, lr) * ddp_speedup(batch, lr),
+                    **common,
+                )
+            )
+    records.append(
+        make_record(
+            mode="dp",
+            gpus=2,
+            batch=64,
+            lr=0.1,
+            suffix="-lr0.1",
+            accs=(0.5, 0.8),
+            samples_per_s=single_rate(64, 0.1) * DP_SPEEDUP,
+        )
+    )
     return records
 
 

@@ -1,4 +1,5 @@
 """Figures: every file of the registry is written, with many cells, few cells and none finished."""
+
 from __future__ import annotations
 
 import subprocess
@@ -9,14 +10,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
-
-from dpstudy.analysis import collect
-
-from dpstudy.report import figures as plots
-
-from dpstudy.analysis import scaling
-from helpers.records import CURRENT, DP_REASON, NCCL_REASON, make_record, make_util, small_grid, write_records
 from helpers import REPO
+from helpers.records import CURRENT, DP_REASON, NCCL_REASON, make_record, make_util, small_grid, write_records
+
+from dpstudy.analysis import collect, scaling
+from dpstudy.report import figures as plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -31,7 +29,9 @@ def gpu_records() -> list[dict]:
     return [
         make_record(mode="single", samples_per_s=900.0, util=make_util(1, [80.0]), **common),
         make_record(mode="dp", gpus=2, samples_per_s=1100.0, peak_mem=[300.0, 180.0], **common),
-        make_record(mode="ddp", gpus=2, backend="nccl", samples_per_s=1700.0, util=make_util(2, [60.0, 58.0]), **common),
+        make_record(
+            mode="ddp", gpus=2, backend="nccl", samples_per_s=1700.0, util=make_util(2, [60.0, 58.0]), **common
+        ),
         make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1300.0, **common),
         make_record(mode="ddp", gpus=4, backend="nccl", samples_per_s=3000.0, **common),
     ]
@@ -50,9 +50,18 @@ def figure_text(fig) -> str:
 
 
 def test_registry_names_png_files():
-    assert set(plots.FIGURES) == {"overview.png", "throughput.png", "scaling.png", "model.png", "epoch_split.png",
-                                  "accuracy_epochs.png", "accuracy_batch.png", "memory.png", "backends.png",
-                                  "utilisation.png"}
+    assert set(plots.FIGURES) == {
+        "overview.png",
+        "throughput.png",
+        "scaling.png",
+        "model.png",
+        "epoch_split.png",
+        "accuracy_epochs.png",
+        "accuracy_batch.png",
+        "memory.png",
+        "backends.png",
+        "utilisation.png",
+    }
     assert all(callable(f) for f in plots.FIGURES.values())
 
 
@@ -103,15 +112,30 @@ def test_scaling_draws_the_ideal_line(tmp_path):
 def test_cli_writes_figures(tmp_path):
     skipped = [r for r in small_grid() if r["status"] == "skipped"]  # quick to draw
     collect.write_tables(tables_of(tmp_path, skipped), tmp_path / "tables")
-    subprocess.run([sys.executable, str(REPO / "scripts" / "figures.py"), "--tables", str(tmp_path / "tables"),
-                    "--out", str(tmp_path / "figures")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "figures.py"),
+            "--tables",
+            str(tmp_path / "tables"),
+            "--out",
+            str(tmp_path / "figures"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == sorted(plots.FIGURES)
 
 
 def test_the_model_figure_puts_each_setting_at_predicted_and_measured_speedup(tmp_path):
     probe = {"steps": 8, "sync_step_s": 0.03, "nosync_step_s": 0.02, "allreduce_s": 0.02, "grad_bytes": 400_000}
-    tables = tables_of(tmp_path, [make_record(mode="single", samples_per_s=1000.0),
-                                  make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, probe=probe)])
+    tables = tables_of(
+        tmp_path,
+        [
+            make_record(mode="single", samples_per_s=1000.0),
+            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, probe=probe),
+        ],
+    )
     fig = plots.model(tables)
     ax = fig.axes[0]
     points = [tuple(p) for c in ax.collections for p in c.get_offsets()]
@@ -143,10 +167,15 @@ def errorbars(ax) -> list[tuple[list[tuple], list]]:
 def repeats_tables(tmp_path) -> dict[str, pd.DataFrame]:
     """single g1 and ddp/gloo g2 at batch 64, three repeats each (their speedup has an interval),
     and ddp/gloo g2 at batch 256 run once (no interval)."""
-    return tables_of(tmp_path, [*repeated([1000.0, 1040.0, 960.0], mode="single"),
-                                *repeated([1500.0, 1620.0, 1410.0], mode="ddp", gpus=2, backend="gloo"),
-                                make_record(mode="single", batch=256, samples_per_s=2000.0),
-                                make_record(mode="ddp", gpus=2, backend="gloo", batch=256, samples_per_s=3400.0)])
+    return tables_of(
+        tmp_path,
+        [
+            *repeated([1000.0, 1040.0, 960.0], mode="single"),
+            *repeated([1500.0, 1620.0, 1410.0], mode="ddp", gpus=2, backend="gloo"),
+            make_record(mode="single", batch=256, samples_per_s=2000.0),
+            make_record(mode="ddp", gpus=2, backend="gloo", batch=256, samples_per_s=3400.0),
+        ],
+    )
 
 
 def test_scaling_draws_the_settings_tables_speedup_and_interval(repeats_tables):
@@ -173,23 +202,33 @@ def test_throughput_marks_every_setting_with_the_tables_interval(repeats_tables)
     expected = sorted(zip(settings["global_batch"], settings["samples_per_s"]))
     assert points == [(b, pytest.approx(v)) for b, v in expected]
     bars = [s for _, segments in drawn for s in segments]
-    expected = [[[64, pytest.approx(r.samples_per_s_low)], [64, pytest.approx(r.samples_per_s_high)]]
-                for r in settings.query("global_batch == 64").itertuples()]
+    expected = [
+        [[64, pytest.approx(r.samples_per_s_low)], [64, pytest.approx(r.samples_per_s_high)]]
+        for r in settings.query("global_batch == 64").itertuples()
+    ]
     assert len(bars) == 2 and all(bar in expected for bar in bars)
     plt.close(fig)
 
 
 def test_the_model_figure_draws_the_measured_speedups_interval(tmp_path):
     probe = {"steps": 8, "sync_step_s": 0.03, "nosync_step_s": 0.02, "allreduce_s": 0.02, "grad_bytes": 400_000}
-    tables = tables_of(tmp_path, [*repeated([1000.0, 1040.0, 960.0], mode="single"),
-                                  *repeated([1500.0, 1620.0, 1410.0], mode="ddp", gpus=2, backend="gloo", probe=probe)])
+    tables = tables_of(
+        tmp_path,
+        [
+            *repeated([1000.0, 1040.0, 960.0], mode="single"),
+            *repeated([1500.0, 1620.0, 1410.0], mode="ddp", gpus=2, backend="gloo", probe=probe),
+        ],
+    )
     row = scaling.by_setting(tables["scaling"], tables["settings"]).iloc[0]
     ddp = tables["settings"].query("mode == 'ddp'").iloc[0]  # the bar is the setting's own interval
     assert (row["measured_speedup_low"], row["measured_speedup_high"]) == (ddp["speedup_low"], ddp["speedup_high"])
     fig = plots.model(tables)
     lines = [list(line.get_ydata()) for line in fig.axes[0].lines]
-    assert any(ys[:2] == [pytest.approx(row["measured_speedup_low"]), pytest.approx(row["measured_speedup_high"])]
-               for ys in lines if len(ys) == 3)
+    assert any(
+        ys[:2] == [pytest.approx(row["measured_speedup_low"]), pytest.approx(row["measured_speedup_high"])]
+        for ys in lines
+        if len(ys) == 3
+    )
     plt.close(fig)
 
 
@@ -200,9 +239,18 @@ def many_settings(tmp_path_factory) -> dict[str, pd.DataFrame]:
     for lr in [round(0.01 * (i + 1), 2) for i in range(15)]:
         for batch in (64, 128):
             for mode, gpus, backend, speedup in (("single", 1, "none", 1.0), ("ddp", 2, "gloo", 1.6)):
-                records.append(make_record(mode=mode, gpus=gpus, backend=backend, batch=batch, lr=lr, suffix=f"-lr{lr}",
-                                           samples_per_s=1000.0 * batch / 64 * speedup,
-                                           util=make_util(gpus, [50.0 + 100 * lr] * gpus)))
+                records.append(
+                    make_record(
+                        mode=mode,
+                        gpus=gpus,
+                        backend=backend,
+                        batch=batch,
+                        lr=lr,
+                        suffix=f"-lr{lr}",
+                        samples_per_s=1000.0 * batch / 64 * speedup,
+                        util=make_util(gpus, [50.0 + 100 * lr] * gpus),
+                    )
+                )
     return tables_of(tmp_path_factory.mktemp("many"), records)
 
 
@@ -222,7 +270,7 @@ def test_line_figures_spread_settings_that_differ_in_a_hidden_key(many_settings)
     texts = [t.get_text() for t in fig.legends[0].texts]
     assert "line: median over lr" in texts
     points = [p for points, _ in errorbars(fig.axes[0]) for p in points]
-    at_64 = sorted(x for x, _ in points if 64 / 2 ** plots.SPREAD <= x <= 64 * 2 ** plots.SPREAD)
+    at_64 = sorted(x for x, _ in points if 64 / 2**plots.SPREAD <= x <= 64 * 2**plots.SPREAD)
     assert len(at_64) == 30 and len(set(at_64)) == 15  # single and ddp, 15 learning rates spread around 64
     plt.close(fig)
 

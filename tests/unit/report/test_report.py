@@ -1,4 +1,5 @@
 """The report: findings' sentences from tables with known numbers, and the notebook run for real."""
+
 from __future__ import annotations
 
 import json
@@ -8,19 +9,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
+from helpers import REPO
+from helpers.browser import open_offline
+from helpers.records import (
+    CURRENT,
+    DP_REASON,
+    NCCL_REASON,
+    OOM_REASON,
+    make_record,
+    make_util,
+    small_grid,
+    write_records,
+)
 
 from dpstudy.analysis import collect
-
-from dpstudy.report import findings
-
-from dpstudy.report import inventory
-
 from dpstudy.report import figures as plots
-from helpers.browser import open_offline
-from helpers.records import (CURRENT, DP_REASON, NCCL_REASON, OOM_REASON, make_record, make_util, small_grid,
-                     write_records)
-from helpers import REPO
+from dpstudy.report import findings, inventory
 
 STUDY = "report_test_study"
 
@@ -37,40 +41,57 @@ def grid(tmp_path_factory) -> dict[str, pd.DataFrame]:
 def repeated(mode: str, values: list[float], accs: list[float] | None = None, **keys) -> list[dict]:
     """One record per repeat: throughputs `values`, final accuracies `accs`."""
     accs = accs or [0.9] * len(values)
-    return [make_record(mode=mode, samples_per_s=v, accs=(0.6, a), repeat=i, suffix=f"-r{i}", **keys)
-            for i, (v, a) in enumerate(zip(values, accs))]
+    return [
+        make_record(mode=mode, samples_per_s=v, accs=(0.6, a), repeat=i, suffix=f"-r{i}", **keys)
+        for i, (v, a) in enumerate(zip(values, accs))
+    ]
 
 
 @pytest.fixture(scope="module")
 def repeats(tmp_path_factory) -> dict[str, pd.DataFrame]:
     """Three repeats per setting: DDP clearly faster at batch 64, within noise at batch 128."""
-    return tables_of(tmp_path_factory.mktemp("repeats"), [
-        *repeated("single", [1000.0, 1100.0, 950.0], [0.90, 0.91, 0.905]),
-        *repeated("ddp", [1500.0, 1600.0, 1400.0], [0.895, 0.90, 0.91], gpus=2, backend="gloo"),
-        *repeated("single", [1000.0, 1050.0, 1020.0], batch=128),
-        *repeated("ddp", [900.0, 1200.0, 1000.0], gpus=2, backend="gloo", batch=128),
-    ])
+    return tables_of(
+        tmp_path_factory.mktemp("repeats"),
+        [
+            *repeated("single", [1000.0, 1100.0, 950.0], [0.90, 0.91, 0.905]),
+            *repeated("ddp", [1500.0, 1600.0, 1400.0], [0.895, 0.90, 0.91], gpus=2, backend="gloo"),
+            *repeated("single", [1000.0, 1050.0, 1020.0], batch=128),
+            *repeated("ddp", [900.0, 1200.0, 1000.0], gpus=2, backend="gloo", batch=128),
+        ],
+    )
 
 
 # ---- findings ---------------------------------------------------------------------------------
 
+
 def test_environment_names_versions_and_hardware(tmp_path):
     gpu = [make_record(mode="ddp", gpus=2, batch=128, backend="nccl", device="cuda")]
     text = inventory.environment(tables_of(tmp_path, small_grid() + gpu)["cells"], STUDY)
-    for expected in (STUDY, "8 cells (5 ok, 2 skipped, 1 oom)", "PyTorch** 2.14.1", "Test CPU 9000",
-                     "GPUs: 8 x Fake GPU", "world sizes 1, 2", "cpu, cuda"):
+    for expected in (
+        STUDY,
+        "8 cells (5 ok, 2 skipped, 1 oom)",
+        "PyTorch** 2.14.1",
+        "Test CPU 9000",
+        "GPUs: 8 x Fake GPU",
+        "world sizes 1, 2",
+        "cpu, cuda",
+    ):
         assert expected in text
     # a PyTorch the host provided (make setup TORCH=system) is named with its folder
-    assert ("PyTorch** 2.14.1 (the host's for 1 cell, from /opt/torch/.venv/lib/python3.12/site-packages; "
-            "dpstudy's venv for 7 cells), CUDA") in text
+    assert (
+        "PyTorch** 2.14.1 (the host's for 1 cell, from /opt/torch/.venv/lib/python3.12/site-packages; "
+        "dpstudy's venv for 7 cells), CUDA"
+    ) in text
     only_venv = inventory.environment(tables_of(tmp_path / "venv", small_grid())["cells"], STUDY)
     assert "PyTorch** 2.14.1 (dpstudy's venv), CUDA none" in only_venv
 
 
 def test_one_run_gives_numbers_and_no_claim(grid):
     text = findings.speedup(grid)
-    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.50x one device's throughput, 75 % efficiency "
-            "(1 vs 1 runs: too few for an interval; noise n/a / n/a).") in text
+    assert (
+        "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.50x one device's throughput, 75 % efficiency "
+        "(1 vs 1 runs: too few for an interval; noise n/a / n/a)."
+    ) in text
     assert "batch 256: 1.70x one device's throughput, 85 % efficiency" in text
     assert "Of 2 multi-device settings: no interval to decide on" in text
 
@@ -78,99 +99,148 @@ def test_one_run_gives_numbers_and_no_claim(grid):
 def test_repeats_claim_only_beyond_their_interval(repeats):
     text = findings.speedup(repeats)
     # Welch's t on log throughput (tests/unit/analysis/test_stats.py checks the method), geometric means 1496 / 1013
-    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.48x [1.26-1.73] one device's throughput, "
-            "74 % [63-87] efficiency (3 vs 3 runs; noise 7 % / 8 %): **faster than one device**.") in text
+    assert (
+        "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: 1.48x [1.26-1.73] one device's throughput, "
+        "74 % [63-87] efficiency (3 vs 3 runs; noise 7 % / 8 %): **faster than one device**."
+    ) in text
     # 15 % noise against a 0 % effect: flagged, not claimed
-    assert ("batch 128: 1.00x [0.71-1.42] one device's throughput, 50 % [35-71] efficiency (3 vs 3 runs; noise 15 % "
-            "/ 2 %): **noisier than its effect**: the noise (15 %) is larger than the effect (0 %)") in text
+    assert (
+        "batch 128: 1.00x [0.71-1.42] one device's throughput, 50 % [35-71] efficiency (3 vs 3 runs; noise 15 % "
+        "/ 2 %): **noisier than its effect**: the noise (15 %) is larger than the effect (0 %)"
+    ) in text
     assert "Of 2 multi-device settings: 1 faster than one device, 1 noisier than its effect" in text
 
 
 def test_slower_and_not_measured(tmp_path):
-    slower = tables_of(tmp_path / "a", [*repeated("single", [1000.0, 1010.0, 990.0]),
-                                        *repeated("ddp", [600.0, 610.0, 590.0], gpus=2, backend="gloo")])
+    slower = tables_of(
+        tmp_path / "a",
+        [*repeated("single", [1000.0, 1010.0, 990.0]), *repeated("ddp", [600.0, 610.0, 590.0], gpus=2, backend="gloo")],
+    )
     assert "0.60x [0.58-0.62] one device's throughput, 30 % [29-31] efficiency" in findings.speedup(slower)
     assert "**slower than one device**" in findings.speedup(slower)
-    alone = tables_of(tmp_path / "b", [make_record(mode="single"),
-                                       make_record("skipped", mode="dp", gpus=2, reason=DP_REASON)])
+    alone = tables_of(
+        tmp_path / "b", [make_record(mode="single"), make_record("skipped", mode="dp", gpus=2, reason=DP_REASON)]
+    )
     text = findings.speedup(alone)
     assert text.startswith("*Not measured in this study:*") and DP_REASON in text
 
 
 def test_intra_and_inter_node_scaling_at_equal_world_size(tmp_path):
-    tables = tables_of(tmp_path, [
-        make_record(mode="single", samples_per_s=1000.0),
-        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1800.0),
-        make_record(mode="ddp", gpus=1, nodes=2, backend="gloo", samples_per_s=1200.0),
-    ])
+    tables = tables_of(
+        tmp_path,
+        [
+            make_record(mode="single", samples_per_s=1000.0),
+            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1800.0),
+            make_record(mode="ddp", gpus=1, nodes=2, backend="gloo", samples_per_s=1200.0),
+        ],
+    )
     text = findings.speedup(tables)
     assert "DDP (gloo) on 2 nodes x 1 device at batch 64: 1.20x one device's throughput, 60 % efficiency" in text
-    assert ("Intra- vs inter-node scaling (same world size):\n- synthetic/lenet at batch 64: 2 devices on one node "
-            "reached 90 % efficiency, spread over 2 nodes 60 % (0.67x the one-node throughput).") in text
-    assert "**Jobs** 2 cells local; 1 cell as SLURM jobs (ids 7) on nodes n1, n2" in inventory.environment(tables["cells"], "s")
+    assert (
+        "Intra- vs inter-node scaling (same world size):\n- synthetic/lenet at batch 64: 2 devices on one node "
+        "reached 90 % efficiency, spread over 2 nodes 60 % (0.67x the one-node throughput)."
+    ) in text
+    assert "**Jobs** 2 cells local; 1 cell as SLURM jobs (ids 7) on nodes n1, n2" in inventory.environment(
+        tables["cells"], "s"
+    )
 
 
 def test_the_model_names_the_largest_loss(tmp_path):
     probe = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
-    tables = tables_of(tmp_path, [make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
-                                  make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0,
-                                              wait_frac=0.05, probe=probe)])
+    tables = tables_of(
+        tmp_path,
+        [
+            make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
+            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=probe),
+        ],
+    )
     text = findings.why_not_n(tables)  # see test_scaling: 0.94 s of all-reduce, half hidden by the backward
-    assert ("- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, model 1.47x of an ideal 2x. "
-            "Largest loss: **gradient all-reduce the backward did not hide** (0.940 s of a 4.00 s epoch whose ideal "
-            "is 3.00 s).") in text
+    assert (
+        "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, model 1.47x of an ideal 2x. "
+        "Largest loss: **gradient all-reduce the backward did not hide** (0.940 s of a 4.00 s epoch whose ideal "
+        "is 3.00 s)."
+    ) in text
     # 4.00 s = 3.00 ideal + 0.14 data + 0.94 all-reduce + 0.35 per-device compute - 0.43 rest
-    assert ("| synthetic/lenet, DDP (gloo) on 2 devices at batch 64 | 1.50x | 1.47x | 4.00 (3.00) | n/a | 0.140 | "
-            "0.940 (0.940) | 50 % | n/a | 0.350 | -0.430 (noise unknown: one run) |") in text
+    assert (
+        "| synthetic/lenet, DDP (gloo) on 2 devices at batch 64 | 1.50x | 1.47x | 4.00 (3.00) | n/a | 0.140 | "
+        "0.940 (0.940) | 50 % | n/a | 0.350 | -0.430 (noise unknown: one run) |"
+    ) in text
     assert "All-reduce times from: probe" in text
     assert findings.why_not_n(tables_of(tmp_path / "none", [make_record(mode="single")])).startswith(
-        "*Not measured in this study:*")
+        "*Not measured in this study:*"
+    )
 
 
 def test_accuracy_gap_between_modes(grid, repeats):
     text = findings.accuracy(grid)
-    assert text.startswith("Final test accuracy differed by at most 0.8 points across modes at equal settings "
-                           "(largest gap: synthetic/lenet at batch 256, one device 88.0 % vs DDP (gloo) on 2 devices 87.2 %).")
-    assert "- synthetic/lenet at batch 64: DDP (gloo) on 2 devices 89.5 %, one device 90.0 %: one run each: no claim." in text
+    assert text.startswith(
+        "Final test accuracy differed by at most 0.8 points across modes at equal settings "
+        "(largest gap: synthetic/lenet at batch 256, one device 88.0 % vs DDP (gloo) on 2 devices 87.2 %)."
+    )
+    assert (
+        "- synthetic/lenet at batch 64: DDP (gloo) on 2 devices 89.5 %, one device 90.0 %: one run each: no claim."
+        in text
+    )
     text = findings.accuracy(repeats)
     # t-intervals on the mean: 90.2 % +- 4.30 x 0.76 / sqrt(3), 90.5 % +- 4.30 x 0.5 / sqrt(3)
-    assert "at batch 64: DDP (gloo) on 2 devices 90.2 % [88.3-92.1], one device 90.5 % [89.3-91.7]: within noise." in text
+    assert (
+        "at batch 64: DDP (gloo) on 2 devices 90.2 % [88.3-92.1], one device 90.5 % [89.3-91.7]: within noise." in text
+    )
     assert "; within noise)." in text.splitlines()[0]
 
 
 def test_data_wait_by_loader(tmp_path):
-    tables = tables_of(tmp_path, [
-        make_record(mode="single", loader="torch", workers=0, wait_frac=0.12),
-        make_record(mode="ddp", gpus=2, backend="gloo", loader="device", wait_frac=0.01),
-    ])
+    tables = tables_of(
+        tmp_path,
+        [
+            make_record(mode="single", loader="torch", workers=0, wait_frac=0.12),
+            make_record(mode="ddp", gpus=2, backend="gloo", loader="device", wait_frac=0.01),
+        ],
+    )
     text = findings.data_wait(tables)
-    assert "Waiting for data took 12 % of the training time with loader torch/0 workers vs 1 % with loader device." in text
+    assert (
+        "Waiting for data took 12 % of the training time with loader torch/0 workers vs 1 % with loader device." in text
+    )
     assert "By mode: DDP (gloo) on 2 devices 1 %, one device 12 %." in text
 
 
 def test_backends_compared_or_explained(grid, tmp_path):
     text = findings.backends(grid)
     assert "*Not measured in this study:*" in text and NCCL_REASON in text
-    both = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend=b, samples_per_s=sps, device="cuda")
-                                for b, sps in (("nccl", 1700.0), ("gloo", 1300.0))])
+    both = tables_of(
+        tmp_path,
+        [
+            make_record(mode="ddp", gpus=2, backend=b, samples_per_s=sps, device="cuda")
+            for b, sps in (("nccl", 1700.0), ("gloo", 1300.0))
+        ],
+    )
     text = findings.backends(both, comm=pd.DataFrame({"bytes": [1024], "gbps": [3.2]}))
-    assert ("on 2 devices at batch 64: NCCL reached 1.31x the throughput of Gloo (1,700 vs 1,300 samples/s): "
-            "one run each: no claim.") in text
+    assert (
+        "on 2 devices at batch 64: NCCL reached 1.31x the throughput of Gloo (1,700 vs 1,300 samples/s): "
+        "one run each: no claim."
+    ) in text
     assert "all-reduce microbenchmark below" in text
 
 
 def test_memory_imbalance(grid, tmp_path):
     text = findings.memory(grid)
     assert "- DP: *Not measured in this study:* no DP cell finished (dp needs CUDA" in text
-    assert "DDP (gloo) on 2 devices: the fullest device peaked at 1.01x the memory of the emptiest (120 MB vs 119 MB" in text
+    assert (
+        "DDP (gloo) on 2 devices: the fullest device peaked at 1.01x the memory of the emptiest (120 MB vs 119 MB"
+        in text
+    )
     dp = tables_of(tmp_path, [make_record(mode="dp", gpus=2, device="cuda", peak_mem=[300.0, 180.0])])
-    assert "DP on 2 devices: the fullest device peaked at 1.67x the memory of the emptiest (300 MB vs 180 MB" in findings.memory(dp)
+    assert (
+        "DP on 2 devices: the fullest device peaked at 1.67x the memory of the emptiest (300 MB vs 180 MB"
+        in findings.memory(dp)
+    )
 
 
 def test_utilisation_when_sampled_or_not(grid, tmp_path):
     assert findings.utilisation(grid).startswith("*Not measured in this study:* GPU utilisation")
-    tables = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda",
-                                              util=make_util(2, [60.0, 58.0]))])
+    tables = tables_of(
+        tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda", util=make_util(2, [60.0, 58.0]))]
+    )
     assert "GPU 0 60 %, GPU 1 58 % busy on average" in findings.utilisation(tables)
 
 
@@ -191,12 +261,24 @@ def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
     noisy = lambda t: t["verdict"] == "noisier"  # noqa: E731
     text = findings.speedup(changed(repeats, "settings", noisy, noise_max_cv=0.5, effect=0.25))
     assert "the noise (50 %) is larger than the effect (25 %)" in text
-    text = findings.single_noise(changed(repeats, "summary", every, noise_floor_median_cv=0.33, noise_floor_max_cv=0.44,
-                                         other_load_max=0.4, busy_cells=2, finished_cells=9,
-                                         busy_other_load_max=1.5))
-    assert text.startswith("Noise floor: the single-device throughput varies by a median CV of 33 % between repeats "
-                           "(largest 44 %). **2 runs of 9 shared the machine** with other processes (more than 0.25 "
-                           "cores on average while training, up to 1.50)")
+    text = findings.single_noise(
+        changed(
+            repeats,
+            "summary",
+            every,
+            noise_floor_median_cv=0.33,
+            noise_floor_max_cv=0.44,
+            other_load_max=0.4,
+            busy_cells=2,
+            finished_cells=9,
+            busy_other_load_max=1.5,
+        )
+    )
+    assert text.startswith(
+        "Noise floor: the single-device throughput varies by a median CV of 33 % between repeats "
+        "(largest 44 %). **2 runs of 9 shared the machine** with other processes (more than 0.25 "
+        "cores on average while training, up to 1.50)"
+    )
     first = lambda t: t.index == t.index[0]  # noqa: E731
     text = findings.accuracy(changed(repeats, "comparisons", first, value=0.123))
     assert text.startswith("Final test accuracy differed by at most 12.3 points")
@@ -204,24 +286,38 @@ def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
     assert text.startswith("Waiting for data took 34 % of the training time with loader device")
     text = findings.memory(changed(repeats, "memory", every, imbalance=1.5))
     assert "the fullest device peaked at 1.50x the memory of the emptiest" in text
-    model = tables_of(tmp_path, [make_record(mode="single", samples_per_s=1000.0),
-                                 make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0)])
+    model = tables_of(
+        tmp_path,
+        [
+            make_record(mode="single", samples_per_s=1000.0),
+            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0),
+        ],
+    )
     text = findings.why_not_n(changed(model, "scaling_settings", every, largest_s=0.5))
     assert "**everything else (optimizer steps, synchronisation, start of each step)** (0.500 s of a" in text
 
 
 def test_nodes_and_backends_phrase_their_comparisons(tmp_path):
-    nodes = tables_of(tmp_path / "nodes", [
-        make_record(mode="single", samples_per_s=1000.0),
-        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1800.0),
-        make_record(mode="ddp", gpus=1, nodes=2, backend="gloo", samples_per_s=1200.0),
-    ])
+    nodes = tables_of(
+        tmp_path / "nodes",
+        [
+            make_record(mode="single", samples_per_s=1000.0),
+            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1800.0),
+            make_record(mode="ddp", gpus=1, nodes=2, backend="gloo", samples_per_s=1200.0),
+        ],
+    )
     pair = nodes["comparisons"].query("kind == 'nodes'")
     assert pair["value"].item() == pytest.approx(1200 / 1800)
     assert "(0.42x the one-node throughput)" in findings.speedup(
-        changed(nodes, "comparisons", lambda t: t["kind"] == "nodes", value=0.42))
-    both = tables_of(tmp_path / "both", [make_record(mode="ddp", gpus=2, backend=b, samples_per_s=sps, device="cuda")
-                                         for b, sps in (("nccl", 1700.0), ("gloo", 1300.0))])
+        changed(nodes, "comparisons", lambda t: t["kind"] == "nodes", value=0.42)
+    )
+    both = tables_of(
+        tmp_path / "both",
+        [
+            make_record(mode="ddp", gpus=2, backend=b, samples_per_s=sps, device="cuda")
+            for b, sps in (("nccl", 1700.0), ("gloo", 1300.0))
+        ],
+    )
     pair = both["comparisons"].query("kind == 'backend'")
     assert pair["value"].item() == pytest.approx(1700 / 1300) and pair["claim"].item() == 0
     backend = lambda t: t["kind"] == "backend"  # noqa: E731
@@ -234,12 +330,14 @@ def test_accuracy_ties_name_two_settings(tmp_path):
     tables = tables_of(tmp_path, [make_record(mode="single"), make_record(mode="ddp", gpus=2, backend="gloo")])
     assert findings.accuracy(tables).startswith(
         "Final test accuracy differed by at most 0.0 points across modes at equal settings (largest gap: "
-        "synthetic/lenet at batch 64, DDP (gloo) on 2 devices 90.0 % vs one device 90.0 %).")
+        "synthetic/lenet at batch 64, DDP (gloo) on 2 devices 90.0 % vs one device 90.0 %)."
+    )
 
 
 def test_utilisation_phrases_the_means(tmp_path):
-    tables = tables_of(tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda",
-                                              util=make_util(2, [60.0, 58.0]))])
+    tables = tables_of(
+        tmp_path, [make_record(mode="ddp", gpus=2, backend="nccl", device="cuda", util=make_util(2, [60.0, 58.0]))]
+    )
     text = findings.utilisation(changed(tables, "util_means", lambda t: t["device"] == 1, gpu_util=71.0))
     assert "GPU 0 60 %, GPU 1 71 % busy on average" in text
 
@@ -253,16 +351,24 @@ def test_stale_and_unfinished_cells(grid):
     assert inventory.not_run(grid["cells"]).splitlines() == [
         f"- 1 cell oom: {OOM_REASON} (`synthetic-lenet-ddp-g2-b1024-gloo`)",
         f"- 1 cell skipped: {DP_REASON} (`synthetic-lenet-dp-g2-b64-none`)",
-        f"- 1 cell skipped: {NCCL_REASON} (`synthetic-lenet-ddp-g2-b64-nccl`)"]
+        f"- 1 cell skipped: {NCCL_REASON} (`synthetic-lenet-ddp-g2-b64-nccl`)",
+    ]
 
 
 def test_many_cells_skipped_for_one_reason_are_one_line(tmp_path):
-    cells = tables_of(tmp_path, [make_record("skipped", mode="dp", gpus=2, batch=b, reason=DP_REASON)
-                                 for b in (8, 16, 32, 64, 128, 256, 512, 1024)])["cells"]
-    assert inventory.not_run(cells) == (f"- 8 cells skipped: {DP_REASON} (`synthetic-lenet-dp-g2-b1024-none`, "
-                                        "`synthetic-lenet-dp-g2-b128-none`, `synthetic-lenet-dp-g2-b16-none`, "
-                                        "`synthetic-lenet-dp-g2-b256-none`, `synthetic-lenet-dp-g2-b32-none`, "
-                                        "`synthetic-lenet-dp-g2-b512-none` and 2 more)")
+    cells = tables_of(
+        tmp_path,
+        [
+            make_record("skipped", mode="dp", gpus=2, batch=b, reason=DP_REASON)
+            for b in (8, 16, 32, 64, 128, 256, 512, 1024)
+        ],
+    )["cells"]
+    assert inventory.not_run(cells) == (
+        f"- 8 cells skipped: {DP_REASON} (`synthetic-lenet-dp-g2-b1024-none`, "
+        "`synthetic-lenet-dp-g2-b128-none`, `synthetic-lenet-dp-g2-b16-none`, "
+        "`synthetic-lenet-dp-g2-b256-none`, `synthetic-lenet-dp-g2-b32-none`, "
+        "`synthetic-lenet-dp-g2-b512-none` and 2 more)"
+    )
 
 
 def test_cell_listing_rounds_for_people(grid):
@@ -276,15 +382,23 @@ def test_every_finding_when_no_cell_finished(tmp_path):
     tables = tables_of(tmp_path, [r for r in small_grid() if r["status"] != "ok"])
     collect.write_tables(tables, tmp_path / "tables")
     tables = collect.read_tables(tmp_path / "tables")
-    answers = [findings.speedup(tables), findings.why_not_n(tables), findings.accuracy(tables),
-               findings.data_wait(tables), findings.backends(tables), findings.utilisation(tables),
-               findings.kernels(None), findings.comm(None)]
+    answers = [
+        findings.speedup(tables),
+        findings.why_not_n(tables),
+        findings.accuracy(tables),
+        findings.data_wait(tables),
+        findings.backends(tables),
+        findings.utilisation(tables),
+        findings.kernels(None),
+        findings.comm(None),
+    ]
     assert all(a.startswith("*Not measured in this study:*") for a in answers)
     assert f"no multi-device cell finished ({DP_REASON}; {NCCL_REASON}; {OOM_REASON})" in answers[0]
     assert findings.memory(tables).count("*Not measured in this study:*") == 2
 
 
 # ---- the notebook, executed by papermill and converted to HTML --------------------------------
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, python3_kernel) -> Path:
@@ -298,12 +412,32 @@ def report(tmp_path_factory, python3_kernel) -> Path:
     (root / "bench" / "comm.csv").write_text(
         "backend,device,world_size,bytes,size,dtype,iters,median_s,algbw_gbps,busbw_gbps,reason\n"
         "gloo,cpu,2,1048576,1 MiB,float32,10,0.00168,0.625,0.625,\n"
-        "nccl,cuda,2,1048576,1 MiB,float32,,,,,no CUDA device\n")
+        "nccl,cuda,2,1048576,1 MiB,float32,,,,,no CUDA device\n"
+    )
     (root / "study.yaml").write_text(f"study: {STUDY}\n")
-    subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), "--notebook",
-                    str(REPO / "notebooks" / "report.ipynb"), "--out-dir", "report", "--study", STUDY,
-                    "--config", "study.yaml", "--tables", "tables", "--figures", "figures", "--bench", "bench"],
-                   cwd=root, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "report.py"),
+            "--notebook",
+            str(REPO / "notebooks" / "report.ipynb"),
+            "--out-dir",
+            "report",
+            "--study",
+            STUDY,
+            "--config",
+            "study.yaml",
+            "--tables",
+            "tables",
+            "--figures",
+            "figures",
+            "--bench",
+            "bench",
+        ],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
     return root / "report"
 
 
@@ -338,7 +472,9 @@ def test_report_notebook_is_executed_with_parameters(report):
 
 def test_template_is_stripped_and_parameterised():
     notebook = json.loads((REPO / "notebooks" / "report.ipynb").read_text())
-    assert all(not c.get("outputs") and not c.get("execution_count") for c in notebook["cells"] if c["cell_type"] == "code")
+    assert all(
+        not c.get("outputs") and not c.get("execution_count") for c in notebook["cells"] if c["cell_type"] == "code"
+    )
     tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
     assert len(tagged) == 1
     source = "".join(tagged[0]["source"])
@@ -346,6 +482,7 @@ def test_template_is_stripped_and_parameterised():
 
 
 # ---- a study's real size: every varied key named, long lists summarised -------------------------
+
 
 @pytest.fixture(scope="module")
 def many_lrs(tmp_path_factory) -> dict[str, pd.DataFrame]:
@@ -355,7 +492,9 @@ def many_lrs(tmp_path_factory) -> dict[str, pd.DataFrame]:
         lr = round(0.001 * (i + 1), 3)
         records += repeated("single", [1000.0, 1010.0], lr=lr)
         records += repeated("ddp", [1000.0 + 100 * i, 1020.0 + 100 * i], gpus=2, backend="gloo", lr=lr)
-    return tables_of(tmp_path_factory.mktemp("many"), [dict(r, cell=f"{r['cell']}-lr{r['spec']['lr']}") for r in records])
+    return tables_of(
+        tmp_path_factory.mktemp("many"), [dict(r, cell=f"{r['cell']}-lr{r['spec']['lr']}") for r in records]
+    )
 
 
 def test_sentences_name_every_key_the_study_varies(many_lrs):

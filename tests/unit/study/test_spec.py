@@ -3,8 +3,8 @@ import json
 import pytest
 
 from dpstudy.study.cells import cell_id
-from dpstudy.util.errors import ConfigError
 from dpstudy.study.spec import complete, devices, global_batch, load_spec, per_device_batch, scaled_lr
+from dpstudy.util.errors import ConfigError
 
 BASE = {"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 2, "batch": 64, "backend": "gloo"}
 
@@ -22,21 +22,27 @@ def test_inline_and_file_specs_agree(tmp_path):
     assert load_spec(str(path)) == load_spec(json.dumps(BASE))
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"colour": "red"}, "unknown key 'colour'"),
-    ({"optimizer": "lbfgs"}, "optimizer"),
-    ({"dataset": "imagenet"}, "dataset 'imagenet'"),
-    ({"model": "gpt"}, "model 'gpt'"),
-    ({"batch": 63}, "batch 63 is not divisible by gpus 2"),
-    ({"backend": "none"}, "needs backend 'nccl' or 'gloo'"),
-    ({"mode": "single"}, "mode 'single' needs gpus 1"),
-    ({"workers": 2}, "workers 2 needs loader 'torch'"),
-    ({"epochs": 0}, "epochs"),
-    ({"mode": "single", "gpus": 1, "backend": "none", "nodes": 2}, "mode 'single' runs as one process on one node, got nodes 2"),
-    ({"mode": "dp", "backend": "none", "nodes": 2}, "mode 'dp' runs as one process on one node, got nodes 2"),
-    ({"nodes": 0}, "nodes"),
-    ({"nodes": 2, "batch": 6}, "batch 6 is not divisible by nodes x gpus 4"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"colour": "red"}, "unknown key 'colour'"),
+        ({"optimizer": "lbfgs"}, "optimizer"),
+        ({"dataset": "imagenet"}, "dataset 'imagenet'"),
+        ({"model": "gpt"}, "model 'gpt'"),
+        ({"batch": 63}, "batch 63 is not divisible by gpus 2"),
+        ({"backend": "none"}, "needs backend 'nccl' or 'gloo'"),
+        ({"mode": "single"}, "mode 'single' needs gpus 1"),
+        ({"workers": 2}, "workers 2 needs loader 'torch'"),
+        ({"epochs": 0}, "epochs"),
+        (
+            {"mode": "single", "gpus": 1, "backend": "none", "nodes": 2},
+            "mode 'single' runs as one process on one node, got nodes 2",
+        ),
+        ({"mode": "dp", "backend": "none", "nodes": 2}, "mode 'dp' runs as one process on one node, got nodes 2"),
+        ({"nodes": 0}, "nodes"),
+        ({"nodes": 2, "batch": 6}, "batch 6 is not divisible by nodes x gpus 4"),
+    ],
+)
 def test_bad_specs_name_the_key(change, message):
     with pytest.raises(ConfigError, match=message):
         complete({**BASE, **change})

@@ -1,4 +1,5 @@
 """Study expansion with nodes and job resources, and the resources a cell's job asks for."""
+
 import copy
 
 import pytest
@@ -11,10 +12,19 @@ STUDY = {
     "study": "nodes_test",
     "resources": {"mem_mb_per_process": 3000},
     "sweeps": [
-        {"name": "scale", "dataset": "synthetic", "model": "lenet",
-         "grid": {"mode": ["single", "dp", "ddp"], "gpus": [1, 2], "nodes": [1, 2], "batch": [64],
-                  "backend": ["gloo"]},
-         "resources": {"runtime_min": 5}},
+        {
+            "name": "scale",
+            "dataset": "synthetic",
+            "model": "lenet",
+            "grid": {
+                "mode": ["single", "dp", "ddp"],
+                "gpus": [1, 2],
+                "nodes": [1, 2],
+                "batch": [64],
+                "backend": ["gloo"],
+            },
+            "resources": {"runtime_min": 5},
+        },
         {"name": "plain", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [32]}},
     ],
 }
@@ -27,9 +37,13 @@ def cells(config=STUDY):
 def test_single_and_dp_stay_on_one_node_and_only_multi_node_ids_say_nodes():
     ids = set(cells())
     assert ids == {
-        "synthetic-lenet-single-g1-b64-none", "synthetic-lenet-dp-g1-b64-none", "synthetic-lenet-dp-g2-b64-none",
-        "synthetic-lenet-ddp-g1-b64-gloo", "synthetic-lenet-ddp-g2-b64-gloo",
-        "synthetic-lenet-ddp-g1-b64-gloo-nodes2", "synthetic-lenet-ddp-g2-b64-gloo-nodes2",
+        "synthetic-lenet-single-g1-b64-none",
+        "synthetic-lenet-dp-g1-b64-none",
+        "synthetic-lenet-dp-g2-b64-none",
+        "synthetic-lenet-ddp-g1-b64-gloo",
+        "synthetic-lenet-ddp-g2-b64-gloo",
+        "synthetic-lenet-ddp-g1-b64-gloo-nodes2",
+        "synthetic-lenet-ddp-g2-b64-gloo-nodes2",
         "synthetic-lenet-single-g1-b32-none",
     }
     assert cells()["synthetic-lenet-ddp-g2-b64-gloo-nodes2"].spec["nodes"] == 2
@@ -37,20 +51,32 @@ def test_single_and_dp_stay_on_one_node_and_only_multi_node_ids_say_nodes():
 
 def test_sweep_resources_override_the_study_and_defaults_fill_the_rest():
     by_id = cells()
-    assert by_id["synthetic-lenet-ddp-g1-b64-gloo"].resources == {"mem_mb_per_process": 3000, "mem_mb_per_job": 1000,
-                                                                  "runtime_min": 5}
-    assert by_id["synthetic-lenet-single-g1-b32-none"].resources == {"mem_mb_per_process": 3000, "mem_mb_per_job": 1000,
-                                                                     "runtime_min": 60}
+    assert by_id["synthetic-lenet-ddp-g1-b64-gloo"].resources == {
+        "mem_mb_per_process": 3000,
+        "mem_mb_per_job": 1000,
+        "runtime_min": 5,
+    }
+    assert by_id["synthetic-lenet-single-g1-b32-none"].resources == {
+        "mem_mb_per_process": 3000,
+        "mem_mb_per_job": 1000,
+        "runtime_min": 60,
+    }
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["sweeps"][0]["grid"].update(mode=["single", "dp"]), "sweep 'scale': nodes 2 needs mode ddp"),
-    (lambda c: c["sweeps"][0]["grid"].update(nodes=[0]), "sweep 'scale': nodes: 0 is less than the minimum of 1"),
-    (lambda c: c["sweeps"][0]["grid"].update(nodes=["two"]), "sweep 'scale': nodes: 'two' is not of type 'integer'"),
-    (lambda c: c["sweeps"][0].update(resources={"runtime_min": 0}), "sweep 'scale': resources.runtime_min"),
-    (lambda c: c.update(resources={"gpus": 1}), "unknown key 'gpus' at resources"),
-    (lambda c: c.update(request_gpus="sometimes"), "request_gpus"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c["sweeps"][0]["grid"].update(mode=["single", "dp"]), "sweep 'scale': nodes 2 needs mode ddp"),
+        (lambda c: c["sweeps"][0]["grid"].update(nodes=[0]), "sweep 'scale': nodes: 0 is less than the minimum of 1"),
+        (
+            lambda c: c["sweeps"][0]["grid"].update(nodes=["two"]),
+            "sweep 'scale': nodes: 'two' is not of type 'integer'",
+        ),
+        (lambda c: c["sweeps"][0].update(resources={"runtime_min": 0}), "sweep 'scale': resources.runtime_min"),
+        (lambda c: c.update(resources={"gpus": 1}), "unknown key 'gpus' at resources"),
+        (lambda c: c.update(request_gpus="sometimes"), "request_gpus"),
+    ],
+)
 def test_bad_nodes_and_resources_are_named(change, message):
     config = copy.deepcopy(STUDY)
     change(config)
@@ -58,10 +84,18 @@ def test_bad_nodes_and_resources_are_named(change, message):
         cells(config)
 
 
-@pytest.mark.parametrize("device, request_gpus, visible, expected", [
-    ("auto", "auto", 0, False), ("auto", "auto", 2, True), ("cuda", "auto", 0, True), ("cpu", "auto", 2, False),
-    ("auto", "always", 0, True), ("cpu", "always", 0, False), ("auto", "never", 2, False),
-])
+@pytest.mark.parametrize(
+    "device, request_gpus, visible, expected",
+    [
+        ("auto", "auto", 0, False),
+        ("auto", "auto", 2, True),
+        ("cuda", "auto", 0, True),
+        ("cpu", "auto", 2, False),
+        ("auto", "always", 0, True),
+        ("cpu", "always", 0, False),
+        ("auto", "never", 2, False),
+    ],
+)
 def test_which_studies_reserve_gpus(device, request_gpus, visible, expected):
     assert requests_gpus({"device": device, "request_gpus": request_gpus}, visible) is expected
 
@@ -78,24 +112,54 @@ def resources_of(cell_id, gpus):
 
 def test_one_node_gpu_job_asks_for_its_gpus_and_cores_per_gpu():
     assert resources_of("synthetic-lenet-ddp-g2-b64-gloo", gpus=True) == {
-        "gpu": 2, "cpus_per_gpu": 1, "mem_mb": 7000, "runtime": 5, "nodes": 1, "node_gpus": 2, "node_cores": 2}
+        "gpu": 2,
+        "cpus_per_gpu": 1,
+        "mem_mb": 7000,
+        "runtime": 5,
+        "nodes": 1,
+        "node_gpus": 2,
+        "node_cores": 2,
+    }
 
 
 def test_cpu_job_asks_for_one_task_with_a_core_per_process():
     assert resources_of("synthetic-lenet-ddp-g2-b64-gloo", gpus=False) == {
-        "gpu": 0, "cpus_per_task": 2, "mem_mb": 7000, "runtime": 5, "nodes": 1, "tasks": 1, "node_gpus": 0,
-        "node_cores": 2}
+        "gpu": 0,
+        "cpus_per_task": 2,
+        "mem_mb": 7000,
+        "runtime": 5,
+        "nodes": 1,
+        "tasks": 1,
+        "node_gpus": 0,
+        "node_cores": 2,
+    }
     # dp and single run one process, whatever their devices
     assert resources_of("synthetic-lenet-dp-g2-b64-none", gpus=True)["mem_mb"] == 4000
 
 
 def test_multi_node_job_runs_a_task_per_node_with_gpus_per_node():
     assert resources_of("synthetic-lenet-ddp-g2-b64-gloo-nodes2", gpus=True) == {
-        "gres": "gpu:2", "cpus_per_task": 2, "mem_mb": 7000, "runtime": 5, "nodes": 2, "tasks": 2,
-        "tasks_per_gpu": 0, "mpi": "srun", "node_gpus": 2, "node_cores": 2}
+        "gres": "gpu:2",
+        "cpus_per_task": 2,
+        "mem_mb": 7000,
+        "runtime": 5,
+        "nodes": 2,
+        "tasks": 2,
+        "tasks_per_gpu": 0,
+        "mpi": "srun",
+        "node_gpus": 2,
+        "node_cores": 2,
+    }
     assert resources_of("synthetic-lenet-ddp-g1-b64-gloo-nodes2", gpus=False) == {
-        "cpus_per_task": 1, "mem_mb": 4000, "runtime": 5, "nodes": 2, "tasks": 2, "mpi": "srun", "node_gpus": 0,
-        "node_cores": 1}
+        "cpus_per_task": 1,
+        "mem_mb": 4000,
+        "runtime": 5,
+        "nodes": 2,
+        "tasks": 2,
+        "mpi": "srun",
+        "node_gpus": 0,
+        "node_cores": 1,
+    }
 
 
 @pytest.mark.parametrize("gpu_jobs, visible, reserved", [(False, 4, 0), (True, 0, 2), (True, 1, 1), (True, 8, 2)])
@@ -120,8 +184,9 @@ def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
         return True
 
     kept = 0
-    for mode, gpus, nodes, backend in itertools.product(["single", "dp", "ddp"], [1, 2], [1, 2],
-                                                        ["none", "gloo", "nccl"]):
+    for mode, gpus, nodes, backend in itertools.product(
+        ["single", "dp", "ddp"], [1, 2], [1, 2], ["none", "gloo", "nccl"]
+    ):
         combo = {"mode": mode, "gpus": gpus, "nodes": nodes, "backend": backend, "batch": 64}
         normalised = studies.normalise(combo)
         as_run = {**combo, "backend": specs.backend_of(mode, backend)}  # single and dp take none
