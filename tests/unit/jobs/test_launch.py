@@ -82,28 +82,28 @@ def start_launcher(
     sleeping Python process between the test and the launcher (its pid is printed first)."""
     child_file = tmp_path / "child.py"
     child_file.write_text(textwrap.dedent(child))
+    args = [
+        "--spec",
+        json.dumps(spec),
+        "--cell",
+        "c",
+        "--out",
+        str(tmp_path / "cell"),
+        "--log",
+        str(tmp_path / "cell" / "train.log"),
+        "--gpus",
+        str(gpus),
+        "--cores",
+        "1",
+        "--attempt",
+        str(attempt),
+    ]
+    cell = str(tmp_path / "cell")
     run = textwrap.dedent(f"""
         import sys
         import dpstudy.jobs.launch as launch
-        launch.command = lambda *args: [sys.executable, {str(child_file)!r}, {str(tmp_path / "cell")!r}]
-        sys.exit(launch.main({
-        [
-            "--spec",
-            json.dumps(spec),
-            "--cell",
-            "c",
-            "--out",
-            str(tmp_path / "cell"),
-            "--log",
-            str(tmp_path / "cell" / "train.log"),
-            "--gpus",
-            str(gpus),
-            "--cores",
-            "1",
-            "--attempt",
-            str(attempt),
-        ]!r
-    }))
+        launch.command = lambda *args: [sys.executable, {str(child_file)!r}, {cell!r}]
+        sys.exit(launch.main({args!r}))
     """)
     argv = [sys.executable, "-c", run]
     if parent:
