@@ -188,20 +188,15 @@ def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# The model per setting: a setting's number instead of a cell id, the measured speedup's interval
+# from the settings table, the noise between repeats and the largest loss's seconds.
 SETTING_MODEL_COLUMNS = (
     "setting",
-    *SETTING_KEYS,
-    "n",
-    "steps",
-    "measured_s",
-    "ideal_s",
-    "compute_s",
-    "data_wait_s",
-    "allreduce_s",
-    "allreduce_source",
-    "overlap",
-    "dp_s",
-    "predicted_s",
+    *(
+        c
+        for c in COLUMNS
+        if c not in ("cell", "measured_speedup", "predicted_speedup", *LOSSES, "base_sd_s", "largest")
+    ),
     "measured_speedup",
     "measured_speedup_low",
     "measured_speedup_high",

@@ -221,19 +221,13 @@ def write_records(directory: str | Path, records: list[dict[str, Any]]) -> list[
     return paths
 
 
-def render_report(root: Path, records: list[dict[str, Any]], study: str, config_text: str | None = None) -> Path:
-    """Records -> tables -> scripts/report.py (papermill, a real kernel) under `root`, without
-    figures or benchmarks (their sections say so); returns report.html."""
+def run_report(root: Path, study: str) -> None:
+    """scripts/report.py (papermill, a real kernel) on root/tables, figures, bench and study.yaml,
+    writing root/report/report.ipynb and report.html."""
     import subprocess
     import sys
 
-    from dpstudy.analysis import collect
-
-    tables = collect.summarise(collect.collect(write_records(root, records), CURRENT))
-    collect.write_tables(tables, root / "tables")
-    for folder in ("figures", "bench"):
-        (root / folder).mkdir()
-    (root / "study.yaml").write_text(config_text or f"study: {study}\n")
+    folders = ("tables", "figures", "bench")
     subprocess.run(
         [
             sys.executable,
@@ -246,17 +240,26 @@ def render_report(root: Path, records: list[dict[str, Any]], study: str, config_
             study,
             "--config",
             "study.yaml",
-            "--tables",
-            "tables",
-            "--figures",
-            "figures",
-            "--bench",
-            "bench",
+            *(arg for folder in folders for arg in (f"--{folder}", folder)),
         ],
         cwd=root,
         check=True,
         capture_output=True,
     )
+
+
+def render_report(root: Path, records: list[dict[str, Any]], study: str, config_text: str | None = None) -> Path:
+    """Records -> tables -> scripts/report.py (papermill, a real kernel) under `root`, without
+    figures or benchmarks (their sections say so); returns report.html."""
+
+    from dpstudy.analysis import collect
+
+    tables = collect.summarise(collect.collect(write_records(root, records), CURRENT))
+    collect.write_tables(tables, root / "tables")
+    for folder in ("figures", "bench"):
+        (root / folder).mkdir()
+    (root / "study.yaml").write_text(config_text or f"study: {study}\n")
+    run_report(root, study)
     return root / "report" / "report.html"
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +16,7 @@ from helpers.records import (
     OOM_REASON,
     make_record,
     make_util,
+    run_report,
     small_grid,
     write_records,
 )
@@ -415,29 +414,7 @@ def report(tmp_path_factory, python3_kernel) -> Path:
         "nccl,cuda,2,1048576,1 MiB,float32,,,,,no CUDA device\n"
     )
     (root / "study.yaml").write_text(f"study: {STUDY}\n")
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "report.py"),
-            "--notebook",
-            str(REPO / "notebooks" / "report.ipynb"),
-            "--out-dir",
-            "report",
-            "--study",
-            STUDY,
-            "--config",
-            "study.yaml",
-            "--tables",
-            "tables",
-            "--figures",
-            "figures",
-            "--bench",
-            "bench",
-        ],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
+    run_report(root, STUDY)
     return root / "report"
 
 
