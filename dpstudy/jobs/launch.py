@@ -214,14 +214,11 @@ class Launcher:
 
     def after_previous_attempt(self) -> int | None:
         """The exit code when SLURM's verdict on the previous attempt decides the job; None: train."""
-        try:
-            previous = json.loads((self.out / ATTEMPT_FILE).read_text())
-        except (OSError, ValueError):
-            return None
-        if previous.get("scheduler") != "slurm" or not previous.get("job_id") or previous["job_id"] == slurm.job_id():
+        previous = self.previous_slurm_job()
+        if previous is None:
             self.say(f"attempt {self.args.attempt}: the previous attempt left no scheduler verdict; training again")
             return None
-        verdict = slurm.verdict(previous["job_id"], previous.get("stdout"))
+        verdict = slurm.verdict(*previous)
         self.say(f"attempt {self.args.attempt}: {verdict.text}")
         if verdict.kind in ("time", "memory"):
             self.write_record("failed", verdict.text)
@@ -230,6 +227,20 @@ class Launcher:
             self.say("not training again in this run: run snakemake again to rerun the cell")
             return 1
         return None
+
+    def previous_slurm_job(self) -> tuple[str, str | None] | None:
+        """(job id, output file) of the previous attempt's SLURM job, if there was one."""
+        job = slurm.job_id()
+        beside = slurm.earlier_job(slurm.stdout_path(job)) if job else None
+        if beside:
+            return beside
+        try:
+            previous = json.loads((self.out / ATTEMPT_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if previous.get("scheduler") != "slurm" or not previous.get("job_id") or previous["job_id"] == job:
+            return None
+        return previous["job_id"], previous.get("stdout")
 
 
 @contextlib.contextmanager

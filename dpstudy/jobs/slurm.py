@@ -59,6 +59,23 @@ def stdout_path(job: str) -> str | None:
     return scontrol("job", job).get("StdOut")
 
 
+def earlier_job(own_stdout: str | None) -> tuple[str, str] | None:
+    """(job id, output file) of the newest earlier job whose output lies beside this job's own.
+
+    Snakemake's SLURM executor writes every attempt of a job to `<job id>.log` in one folder per
+    rule and wildcards, so the newest earlier file there is the previous attempt, even one that
+    SLURM stopped before this launcher ran (its batch step over the memory limit) and that so
+    left no attempt file of ours."""
+    if not own_stdout or not Path(own_stdout).stem.isdigit():
+        return None
+    own = Path(own_stdout)
+    earlier = [p for p in own.parent.glob("*.log") if p.stem.isdigit() and int(p.stem) < int(own.stem)]
+    if not earlier:
+        return None
+    newest = max(earlier, key=lambda p: int(p.stem))
+    return newest.stem, str(newest)
+
+
 @dataclass(frozen=True)
 class Verdict:
     kind: str  # time | memory | cancelled | other

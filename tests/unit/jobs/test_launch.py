@@ -235,12 +235,12 @@ def test_gpus_a_scheduler_gave_are_kept(tmp_path):
 # ---- retries after SLURM stopped a job --------------------------------------------------------
 
 
-def fake_slurm(tmp_path: Path, sacct_line: str) -> dict:
-    """sacct and scontrol stand-ins on PATH; SLURM_JOB_ID is the retry's own job (43)."""
+def fake_slurm(tmp_path: Path, sacct_line: str, stdout: str = "/dev/null") -> dict:
+    """sacct and scontrol stand-ins on PATH; SLURM_JOB_ID is the retry's own job (43), writing to `stdout`."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sacct").write_text(f"#!/bin/sh\necho '{sacct_line}'\n")
-    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'JobId=43 JobState=RUNNING StdOut=/dev/null'\n")
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho 'JobId=43 JobState=RUNNING StdOut={stdout}'\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "43"}
@@ -279,6 +279,28 @@ def test_a_retry_after_a_memory_kill_quotes_slurmstepd(tmp_path):
     reason = record.read(tmp_path / "cell/record.json")["reason"]
     assert reason.startswith("SLURM job 42 was stopped at its memory limit (state FAILED, reason NonZeroExitCode)")
     assert "StepId=42.0 exceeded memory limit (608686080 > 209715200)" in reason
+
+
+def test_a_retry_finds_a_previous_attempt_that_slurm_stopped_before_the_launcher_ran(tmp_path):
+    # The executor's folder of this cell's SLURM outputs: an older run's job, then attempt 1, whose
+    # batch step went over the memory limit before it started the launcher (so no attempt.json).
+    logs = tmp_path / "slurm_logs/rule_train/cell"
+    logs.mkdir(parents=True)
+    (logs / "9.log").write_text("an older run of this cell\n")
+    (logs / "42.log").write_text(
+        "slurmstepd-n1: error: StepId=42.batch exceeded memory limit (239439872 > 209715200), being killed\n"
+        "slurmstepd-n1: error: Exceeded job memory limit\n"
+    )
+    (logs / "43.log").write_text("")
+    env = fake_slurm(tmp_path, "FAILED|OutOfMemory|00:00:04|00:10:00", stdout=str(logs / "43.log"))
+    proc = start_launcher(tmp_path, MARKER, attempt=2, env=env)
+    assert proc.wait(timeout=60) == 0
+    reason = record.read(tmp_path / "cell/record.json")["reason"]
+    assert reason == (
+        "SLURM job 42 was stopped at its memory limit (state FAILED, reason OutOfMemory): slurmstepd-n1: error: "
+        "StepId=42.batch exceeded memory limit (239439872 > 209715200), being killed"
+    )
+    assert not (tmp_path / "cell/trained").exists()
 
 
 def test_a_retry_after_a_cancel_ends_without_a_record(tmp_path):
