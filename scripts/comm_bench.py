@@ -1,4 +1,5 @@
-"""Measure all_reduce bandwidth between 2 processes (Gloo on CPU and CUDA, NCCL on 2 GPUs).
+"""Measure all_reduce, all_gather and reduce_scatter bandwidth between 2 processes (Gloo on CPU and
+CUDA, NCCL on 2 GPUs); dpstudy/microbench/comm.py defines the sizes and bandwidths (nccl-tests').
 
     python scripts/comm_bench.py --out results/bench/comm.csv [--quick] [--png FIG]
 

@@ -67,12 +67,18 @@ def epoch_medians(epochs: pd.DataFrame) -> pd.DataFrame:
     return steady.groupby("cell")[["wall_s", "compute_s", "data_wait_s", "samples"]].median()
 
 
-def bus_bandwidth(comm: pd.DataFrame | None, backend: str, device: str, world: int, nbytes: float) -> float | None:
-    """comm_bench's bus bandwidth (GB/s) at `nbytes`, interpolated in log size; None without a row."""
+def bus_bandwidth(
+    comm: pd.DataFrame | None, backend: str, device: str, world: int, nbytes: float, collective: str = "all_reduce"
+) -> float | None:
+    """comm_bench's bus bandwidth (GB/s) of `collective` at `nbytes` (the total size S, as
+    dpstudy.microbench.comm defines it), interpolated in log size; None without a row. Rows without a
+    `collective` (a comm.csv from before the column) are all_reduce."""
     if comm is None or comm.empty:
         return None
+    kind = comm["collective"].fillna("all_reduce") if "collective" in comm else "all_reduce"
     rows = comm[
-        (comm["backend"] == backend)
+        (kind == collective)
+        & (comm["backend"] == backend)
         & (comm["device"] == device)
         & (comm["world_size"] == world)
         & comm["reason"].isna()
@@ -112,6 +118,8 @@ def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataF
         dp = steps * sum(transfers)
     compute, wait = base["compute_s"] / n, part["data_wait_s"]
     predicted = compute + wait + np.nansum([allreduce, dp])
+    if cell["mode"] == "fsdp":  # its all-gathers and reduce-scatters have no term yet: no prediction
+        predicted = math.nan
     ideal, measured = base["wall_s"] / n, part["wall_s"]
     # Measured by the probe: the all-reduce time the backward left exposed, and the forward and
     # backward without it against b's compute split n ways. Without a probe, the model's term.

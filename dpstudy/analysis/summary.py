@@ -30,7 +30,7 @@ SUMMARY_COLUMNS = (
     "busy_other_load_max",
 )
 LOADER_KEYS = ("loader", "workers", "augment")
-SETUP_KEYS = ("mode", "backend", "gpus", "nodes")
+SETUP_KEYS = ("mode", "shard", "backend", "gpus", "nodes")
 WAIT_COLUMNS = ("by", *LOADER_KEYS, *SETUP_KEYS, "data_wait_s", "wall_s", "share")
 MEMORY_COLUMNS = (
     "cell",
@@ -92,7 +92,7 @@ def wait_table(cells: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     """data_wait: steady epochs of finished cells, summed per group; share = data_wait_s / wall_s.
 
     by "loader": per loader and workers (and augment, when the study varies it; else empty), the
-    largest share first. by "setup": per mode, backend, gpus and nodes, in that order."""
+    largest share first. by "setup": per mode, shard, backend, gpus and nodes, in that order."""
     steady = steady_epochs(epochs, cells)
     rows = []
     if not steady.empty:

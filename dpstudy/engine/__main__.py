@@ -1,8 +1,8 @@
 """Train one cell and write DIR/record.json.
 
   python -m dpstudy.engine --spec SPEC --out DIR                                         (single, dp)
-  torchrun --standalone --nproc-per-node=G -m dpstudy.engine --spec SPEC --out DIR      (ddp)
-  srun torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d ... -m dpstudy.engine ...  (ddp, N nodes)
+  torchrun --standalone --nproc-per-node=G -m dpstudy.engine --spec SPEC --out DIR      (ddp, fsdp)
+  srun torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d ... -m dpstudy.engine ...  (ddp, fsdp; N nodes)
 
 The workflow runs it through `python -m dpstudy.jobs.launch`, which picks the right line.
 

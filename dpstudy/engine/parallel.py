@@ -1,7 +1,13 @@
-"""The three modes behind one small interface: where the model lives and how ranks agree.
+"""The four modes behind one small interface: where the model lives and how ranks agree.
 
 `plan()` decides, before any process group exists, whether this hardware can run the cell at
 all; a cell it cannot run is skipped with the reason rather than faked.
+
+fsdp applies FSDP2's `fully_shard` the way torchtitan does: to each block (`shard_units`), then
+to the root, over an explicit one-dimensional device mesh of the world; `shard` full re-gathers a
+block's parameters for backward (ZeRO-3), grad_op keeps them from forward (ZeRO-2). bf16 and fp16
+run through FSDP's MixedPrecisionPolicy (parameters cast for compute, gradients reduced in fp32)
+instead of autocast; BatchNorm then stays in fp32 as a unit of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from dpstudy.engine.loaders import Shard
-from dpstudy.study.spec import hardware_gap
+from dpstudy.study.spec import PROCESS_PER_DEVICE_MODES, hardware_gap
 from dpstudy.util.ports import free_port
 
 
@@ -28,6 +34,7 @@ class Parallel:
     device: torch.device
     gpus: int
     backend: str = "none"
+    sharding: str = "none"  # fsdp: full | grad_op
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -48,8 +55,13 @@ class Parallel:
             return []
         return list(range(self.gpus)) if self.mode == "dp" else [self.device.index or 0]
 
+    @property
+    def distributed(self) -> bool:
+        """One process per device (ddp, fsdp), in a process group once started."""
+        return self.mode in PROCESS_PER_DEVICE_MODES
+
     def start(self) -> None:
-        if self.mode != "ddp":
+        if not self.distributed:
             return
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -60,13 +72,50 @@ class Parallel:
         dist.init_process_group(self.backend, rank=self.rank, world_size=self.world_size, **kwargs)
         self.initialized = True
 
-    def wrap(self, model: nn.Module) -> nn.Module:
+    def wrap(self, model: nn.Module, compute_dtype: torch.dtype | None = None) -> nn.Module:
+        """The model as this mode trains it. `compute_dtype` (bf16, fp16) is FSDP's parameter dtype
+        for compute; the other modes cast with autocast instead (Trainer.autocast)."""
         if self.mode == "dp":
             return nn.DataParallel(model, device_ids=self.devices())
         if self.mode == "ddp":
             ids = [self.device.index] if self.device.type == "cuda" else None
             return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if self.mode == "fsdp":
+            return self.fully_shard(model, compute_dtype)
         return model
+
+    def fully_shard(self, model: nn.Module, compute_dtype: torch.dtype | None) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        policy = MixedPrecisionPolicy(
+            param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype is not None else None
+        )
+        reshard = self.sharding == "full"
+        if compute_dtype is not None:
+            # BatchNorm keeps fp32 parameters beside its fp32 running statistics, as FSDP1's
+            # MixedPrecision does by default (_module_classes_to_ignore): a unit of its own.
+            for norm in model.modules():
+                if isinstance(norm, nn.modules.batchnorm._BatchNorm):
+                    fully_shard(norm, mesh=mesh, reshard_after_forward=reshard)
+        for unit in shard_units(model):
+            fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+        # The root keeps what no block holds (norm layers, a lone head); FSDP never reshards it
+        # after forward, as backward needs it first.
+        fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+        return model
+
+    def missing_forwards(self, batches: int) -> int:
+        """How many extra forward passes this rank must make, after its `batches`, to make as many
+        as the busiest rank: each FSDP forward all-gathers, a collective every rank must join, while
+        the test set's disjoint shards can differ by a batch. Asked before the first forward, as
+        the question is a collective too."""
+        if self.mode != "fsdp" or not self.initialized:
+            return 0
+        most = torch.tensor([batches], dtype=torch.int64, device=self.comm_device())
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        return int(most) - batches
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         if self.initialized:
@@ -109,6 +158,22 @@ class Parallel:
             self.initialized = False
 
 
+# Normalisation layers hold a few parameters each: a unit of their own would cost an all-gather
+# for almost nothing, so they stay with the root.
+NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm)
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """FSDP's units below the root: each element of a top-level Sequential or ModuleList (ResNet's
+    blocks, ViT's blocks, a CNN's convolutions and linear layers), else the top-level child itself,
+    where it holds parameters and is not a normalisation layer."""
+    units = []
+    for child in model.children():
+        parts = list(child) if isinstance(child, (nn.Sequential, nn.ModuleList)) else [child]
+        units += [m for m in parts if not isinstance(m, NORM_LAYERS) and any(True for _ in m.parameters())]
+    return units
+
+
 def destroy_process_group() -> None:
     """dist.destroy_process_group(), without the Gloo shutdown deadlock of torch < 2.8.
 
@@ -139,7 +204,7 @@ def plan(spec: dict, env: dict[str, str] | None = None) -> Parallel:
         raise Skip(gap)
 
     world = int(env.get("WORLD_SIZE", "1"))
-    if mode != "ddp":
+    if mode not in PROCESS_PER_DEVICE_MODES:
         if world != 1:
             raise Skip(f"mode {mode} runs as one process, but was launched with world size {world}")
         return Parallel(mode, torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu"), gpus)
@@ -161,6 +226,7 @@ def plan(spec: dict, env: dict[str, str] | None = None) -> Parallel:
         device,
         gpus,
         backend,
+        sharding=spec.get("shard", "none"),
         rank=int(env.get("RANK", "0")),
         world_size=world,
         local_rank=local_rank,

@@ -28,7 +28,9 @@ class Trainer:
     def __init__(self, spec: dict, par: Parallel, train_data, test_data, model: nn.Module, log=print):
         self.spec, self.par, self.log = spec, par, log
         self.train_data, self.test_data = train_data, test_data
-        self.model = par.wrap(model)
+        self.amp_dtype = AMP_DTYPES.get(spec["precision"])
+        # FSDP casts through its mixed-precision policy; the other modes through autocast
+        self.model = par.wrap(model, self.amp_dtype if par.mode == "fsdp" else None)
         params = self.model.parameters()
         lr = specs.scaled_lr(spec)
         self.optimizer = (
@@ -36,16 +38,16 @@ class Trainer:
             if spec["optimizer"] == "sgd"
             else torch.optim.Adam(params, lr=lr, weight_decay=spec["weight_decay"])
         )
-        self.amp_dtype = AMP_DTYPES.get(spec["precision"])
         self.scaler = torch.amp.GradScaler(par.device.type, enabled=spec["precision"] == "fp16")
         self.fault = injected_fault(par.rank)
         # The steady window: every training step after the first `warmup_steps` of the run
         # (allocator, caches, lazy initialisation), whichever epoch they fall in.
         self.warmup_steps, self.steps_done = spec["warmup_steps"], 0
         self.host = HostLoad()
+        self.sample: torch.Tensor | None = None  # one training input, for evaluate's extra forwards
 
     def autocast(self):
-        if self.amp_dtype is None:
+        if self.amp_dtype is None or self.par.mode == "fsdp":
             return contextlib.nullcontext()
         return torch.autocast(self.par.device.type, dtype=self.amp_dtype)
 
@@ -53,7 +55,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             logits = self.model(x)
-            loss = F.cross_entropy(logits, y)
+            loss = F.cross_entropy(logits.float(), y)  # FSDP's bf16/fp16 logits: the loss in fp32
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -78,6 +80,8 @@ class Trainer:
                 break
             data_wait += time.perf_counter() - before
             steps += 1
+            if self.sample is None:
+                self.sample = x[:1]
             self.fault(epoch, steps)
             batch_loss, batch_correct = self.step(x, y)
             loss_sum += batch_loss  # device-side sums: no host sync inside the epoch
@@ -129,6 +133,7 @@ class Trainer:
         totals = torch.zeros(3, dtype=torch.float64, device=self.par.device)
         self.par.synchronize()
         start = time.perf_counter()
+        missing = self.par.missing_forwards(len(self.test_data))
         for x, y in self.test_data:
             with self.autocast():
                 logits = model(x)
@@ -140,6 +145,8 @@ class Trainer:
                     torch.tensor(len(y), device=totals.device, dtype=torch.float64),
                 ]
             )
+        for _ in range(missing):  # outputs discarded: every test image counts once
+            model(self.sample)
         self.par.synchronize()
         seconds = time.perf_counter() - start
         loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
@@ -204,7 +211,7 @@ def load_datasets(spec: dict, par: Parallel):
         device=par.device,
         channels_last=spec["channels_last"],
     )
-    batch = specs.per_device_batch(spec) if par.mode == "ddp" else specs.global_batch(spec)
+    batch = specs.per_device_batch(spec) if par.distributed else specs.global_batch(spec)
     loaders = [
         make_loader(
             spec["loader"],

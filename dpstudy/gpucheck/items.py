@@ -253,8 +253,11 @@ def comm_plan(gpus: int) -> list[tuple[str, int]]:
 
 
 def comm_result(df, gpus: int, errors: dict[str, str]) -> dict:
-    """Figures from the comm.csv rows (dpstudy.microbench.comm.COLUMNS) of the CUDA combinations."""
+    """Figures from the comm.csv rows (dpstudy.microbench.comm.COLUMNS) of the CUDA combinations:
+    all_reduce only (all_gather and reduce_scatter stay in raw/comm.csv)."""
     figures, details, notes = {}, {}, []
+    if "collective" in df:
+        df = df[df.collective.fillna("all_reduce") == "all_reduce"]
     ran = True
     for backend in ("nccl", "gloo"):
         rows = df[(df.backend == backend) & (df.device == "cuda") & df.reason.isna()] if len(df) else df

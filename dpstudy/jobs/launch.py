@@ -3,8 +3,8 @@
   python -m dpstudy.jobs.launch --spec JSON --cell ID --out DIR --log FILE --gpus G --cores C [--attempt K]
 
 The train rule execs this (G and C per node). It
-- starts `python -m dpstudy.engine` (single, dp), `torchrun --standalone` (ddp on one node) or,
-  inside a SLURM allocation, `srun torchrun --nnodes=N --rdzv-backend=c10d` (ddp on N nodes; the
+- starts `python -m dpstudy.engine` (single, dp), `torchrun --standalone` (ddp, fsdp on one node) or,
+  inside a SLURM allocation, `srun torchrun --nnodes=N --rdzv-backend=c10d` (ddp, fsdp on N nodes; the
   rendezvous runs on the batch host, where this launcher runs). Outside SLURM a multi-node cell
   runs as one process and train.py records why it was skipped;
 - gives the cell the GPUs its job reserved: those a scheduler put in CUDA_VISIBLE_DEVICES, else
@@ -42,7 +42,7 @@ from dpstudy.jobs import slurm
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
-from dpstudy.study.spec import hardware_gap
+from dpstudy.study.spec import hardware_gap, one_process_per_device
 from dpstudy.util.atomic import write_json
 from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
 from dpstudy.util.ports import free_port
@@ -78,7 +78,7 @@ def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allo
         str(cores),
     ]
     nodes, gpus = spec["nodes"], spec["gpus"]
-    if spec["mode"] != "ddp" or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
+    if not one_process_per_device(spec) or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
         return [sys.executable, *train]
     if nodes == 1:
         return [*torchrun(), "--standalone", f"--nproc-per-node={gpus}", *train]

@@ -1,9 +1,28 @@
-"""all_reduce bandwidth between 2 processes, per backend and device, as nccl-tests reports it.
+"""Collective bandwidth between processes, per backend and device, as nccl-tests reports it.
 
-algbw = bytes / time; busbw = algbw * 2(n-1)/n for all_reduce (the traffic each link carries in
-a ring, comparable across world sizes). Each size: warm-up iterations, then per iteration a
-barrier, synchronize, all_reduce, synchronize; the slowest rank's time counts, and the median
-over iterations is reported. Combinations that cannot run here keep their rows with a `reason`.
+Three collectives (the `collective` column): all_reduce (what DDP does to the gradients), and
+all_gather and reduce_scatter (what FSDP does to the parameters and the gradients). For each, S
+(the `bytes` column, `size` its label) is the TOTAL size of the operation, as nccl-tests'
+doc/PERFORMANCE.md defines it:
+
+  all_reduce      S = the tensor every rank holds (input = output, S bytes each)
+  all_gather      S = the gathered output; each of the n ranks contributes S/n bytes
+  reduce_scatter  S = the input each rank holds; each rank receives its reduced S/n bytes
+
+algbw = S / time, and busbw = algbw x the traffic each link carries in a ring per byte of S, which
+makes it comparable across world sizes and collectives: 2(n-1)/n for all_reduce, (n-1)/n for
+all_gather and reduce_scatter. (S is rounded down to a multiple of n float32 elements for the two
+latter; `bytes` is the size that ran.) The calls are dist.all_reduce, dist.all_gather_into_tensor
+and dist.reduce_scatter_tensor (their *_single names where torch has them). Gloo runs both on CPU,
+but its reduce_scatter_tensor is an all-reduce of the whole input and a copy of the rank's chunk
+(ProcessGroupGloo::reduce_scatter_tensor_coalesced), so its bus bandwidth comes out at about half
+of Gloo's all_reduce, or less: what FSDP pays on Gloo, not what a ring reduce-scatter could do.
+
+Each (collective, size): one call on known inputs whose output is checked on every rank (a
+collective that computes a wrong result reports no bandwidth; its row gets a `reason`), warm-up
+iterations, then per iteration a barrier, synchronize, the collective, synchronize; the slowest
+rank's time counts, and the median over iterations is reported. Combinations that cannot run here
+keep their rows with a `reason`.
 """
 
 from __future__ import annotations
@@ -21,6 +40,7 @@ import torch.multiprocessing as mp
 from dpstudy.engine.parallel import destroy_process_group
 
 COLUMNS = [
+    "collective",
     "backend",
     "device",
     "world_size",
@@ -33,9 +53,19 @@ COLUMNS = [
     "busbw_gbps",
     "reason",
 ]
-SIZES = [4096 * 4**k for k in range(9)]  # 4 KiB .. 256 MiB
+SIZES = [4096 * 4**k for k in range(9)]  # 4 KiB .. 256 MiB, total size S
 QUICK_MAX = 4 << 20
 COMBOS = (("gloo", "cpu"), ("gloo", "cuda"), ("nccl", "cuda"))
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+# The single-tensor forms; torch >= 2.10 names them *_single and deprecates the *_tensor names.
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """busbw / algbw (nccl-tests): 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter."""
+    n = world_size
+    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}[collective]
 
 
 def size_label(n: int) -> str:
@@ -64,24 +94,70 @@ def iterations(nbytes: int, quick: bool) -> tuple[int, int]:
     return 5, max(5, min(50, (256 << 20) * 5 // max(nbytes, 1)))
 
 
-def _time_size(nbytes: int, device: torch.device, backend: str, quick: bool) -> dict:
-    tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+def collective_call(collective: str, nbytes: int, device: torch.device) -> tuple[int, object, object]:
+    """(bytes S that run, the call, a check of its output after the first call) for one collective
+    of total size about `nbytes` on float32 tensors. Rank r's inputs make every output element a
+    known small integer (exact in float32) that differs per rank and per chunk, so a result from the
+    wrong rank or in the wrong place fails the check."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    count = max(1, nbytes // 4 // n)  # elements per rank's share of S
+    if collective == "all_reduce":
+        x = torch.full((nbytes // 4,), float(rank + 1), device=device)
+
+        def check() -> bool:
+            ok = bool((x == n * (n + 1) / 2).all())
+            x.zero_()  # repeated in-place sums stay finite at any world size
+            return ok
+
+        return x.numel() * 4, lambda: dist.all_reduce(x), check
+    if collective == "all_gather":
+        inp = torch.full((count,), float(rank + 1), device=device)
+        out = torch.empty(count * n, device=device)
+        expected = torch.arange(1, n + 1, dtype=out.dtype, device=device)[:, None]  # chunk j from rank j
+        return out.numel() * 4, lambda: _ALL_GATHER(out, inp), lambda: bool((out.view(n, count) == expected).all())
+    if collective == "reduce_scatter":
+        # chunk j of rank r's input is (j + 1)(r + 1): rank j receives (j + 1) n(n + 1)/2
+        chunks = torch.arange(1, n + 1, dtype=torch.float32, device=device) * (rank + 1)
+        inp = chunks.repeat_interleave(count)
+        out = torch.empty(count, device=device)
+        want = (rank + 1) * n * (n + 1) / 2
+        return inp.numel() * 4, lambda: _REDUCE_SCATTER(out, inp), lambda: bool((out == want).all())
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def _time_size(collective: str, nbytes: int, device: torch.device, backend: str, quick: bool) -> dict:
+    size, call, check = collective_call(collective, nbytes, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     barrier = (lambda: dist.barrier(device_ids=[device.index])) if backend == "nccl" else dist.barrier
+    row = {"collective": collective, "bytes": size}
+    try:
+        call()
+    except (RuntimeError, NotImplementedError) as error:
+        # A call this backend lacks ("does not support ...", older torch) gets a reason; a failing
+        # all_reduce or a communication error (DistBackendError) stops the run, as it always did.
+        if collective == "all_reduce" or isinstance(error, dist.DistBackendError):
+            raise
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return {**row, "reason": f"{backend} on {device.type} cannot run {collective}: {message}"}
+    sync()
+    wrong = torch.tensor([0.0 if check() else 1.0], device=device)
+    dist.all_reduce(wrong, op=dist.ReduceOp.MAX)  # every rank agrees, so all skip or all time
+    if wrong.item():
+        return {**row, "reason": f"{collective} returned a wrong result on {backend}/{device.type}"}
     warmup, iters = iterations(nbytes, quick)
     for _ in range(warmup):
-        dist.all_reduce(tensor)
+        call()
     times = []
     for _ in range(iters):
         barrier()
         sync()
         start = time.perf_counter()
-        dist.all_reduce(tensor)
+        call()
         sync()
         times.append(time.perf_counter() - start)
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return {"bytes": nbytes, "iters": iters, "median_s": slowest.quantile(0.5).item()}
+    return {**row, "iters": iters, "median_s": slowest.quantile(0.5).item()}
 
 
 def _worker(rank: int, world_size: int, store: str, combos: list, sizes: list[int], quick: bool, out: str) -> None:
@@ -94,15 +170,20 @@ def _worker(rank: int, world_size: int, store: str, combos: list, sizes: list[in
         if device_type == "cuda":
             device = torch.device("cuda", rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
-        rows += [{"backend": backend, "device": device_type, **_time_size(n, device, backend, quick)} for n in sizes]
+        rows += [
+            {"backend": backend, "device": device_type, **_time_size(c, n, device, backend, quick)}
+            for c in COLLECTIVES
+            for n in sizes
+        ]
         destroy_process_group()
     if rank == 0:
         Path(out).write_text(json.dumps(rows))
 
 
 def run(quick: bool = False, world_size: int = 2, combos=COMBOS) -> pd.DataFrame:
-    """Spawn `world_size` processes, time all_reduce for every runnable (backend, device) of
-    `combos` and every size; the combinations of `combos` that cannot run are rows with a reason."""
+    """Spawn `world_size` processes, time every collective of COLLECTIVES for every runnable
+    (backend, device) of `combos` and every size; the combinations of `combos` that cannot run are
+    rows with a reason."""
     sizes = [n for n in SIZES if not quick or n <= QUICK_MAX]
     combos = [tuple(c) for c in combos]
     runnable = [c for c in combos if reason(*c, world_size) is None]
@@ -116,14 +197,15 @@ def run(quick: bool = False, world_size: int = 2, combos=COMBOS) -> pd.DataFrame
         )
         measured = json.loads(out.read_text())
     skipped = [
-        {"backend": b, "device": d, "bytes": n, "reason": reason(b, d, world_size)}
+        {"collective": c, "backend": b, "device": d, "bytes": n, "reason": reason(b, d, world_size)}
         for b, d in combos
         if (b, d) not in runnable
+        for c in COLLECTIVES
         for n in sizes
     ]
     df = pd.DataFrame(measured + skipped, columns=COLUMNS)
     df["world_size"], df["dtype"], df["iters"] = world_size, "float32", df.iters.astype("Int64")
     df["size"] = df["bytes"].map(size_label)
     df["algbw_gbps"] = df.bytes / df.median_s / 1e9
-    df["busbw_gbps"] = df.algbw_gbps * 2 * (world_size - 1) / world_size
+    df["busbw_gbps"] = df.algbw_gbps * df.collective.map(lambda c: bus_factor(c, world_size))
     return df

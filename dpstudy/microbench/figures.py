@@ -59,8 +59,11 @@ def kernels_figure(csv: str | Path, png: str | Path) -> None:
 
 
 def comm_figure(csv: str | Path, png: str | Path) -> None:
-    """all_reduce bus bandwidth against message size, per backend and device."""
+    """Bus bandwidth against message size (the total size S), one panel per collective, a line per
+    backend and device."""
     df = pd.read_csv(csv)
+    if "collective" not in df:  # a comm.csv from before all_gather and reduce_scatter
+        df["collective"] = "all_reduce"
     ran = df[df.reason.isna()]
     grid = sns.relplot(
         data=ran,
@@ -69,15 +72,19 @@ def comm_figure(csv: str | Path, png: str | Path) -> None:
         y="busbw_gbps",
         hue="backend",
         style="device",
+        col="collective",
+        col_order=[c for c in ("all_reduce", "all_gather", "reduce_scatter") if c in set(df.collective)],
         markers=True,
-        height=3.5,
-        aspect=1.5,
+        height=3.2,
+        aspect=1.2,
     )
     grid.set(xscale="log", yscale="log")
-    grid.set_axis_labels("message size (bytes)", "bus bandwidth (GB/s)")
+    grid.set_axis_labels("total size S (bytes)", "bus bandwidth (GB/s)")
+    grid.set_titles("{col_name}")
     world = int(df.world_size.iloc[0])
     grid.figure.suptitle(
-        f"all_reduce across {world} processes{_not_run(df, ['backend', 'device'])}",
+        f"Collectives across {world} processes (bus bandwidth: S/time x 2(n-1)/n for all_reduce,\n"
+        f"x (n-1)/n for all_gather and reduce_scatter){_not_run(df, ['backend', 'device'])}",
         y=1.0,
         va="bottom",
         parse_math=False,

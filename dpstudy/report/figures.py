@@ -45,7 +45,16 @@ pd = lazy("pandas")
 sns = lazy("seaborn")
 
 Tables = dict[str, "pd.DataFrame"]
-VARIANTS = ("single", "dp", "ddp/gloo", "ddp/nccl")
+VARIANTS = (
+    "single",
+    "dp",
+    "ddp/gloo",
+    "ddp/nccl",
+    "fsdp full/gloo",
+    "fsdp full/nccl",
+    "fsdp grad_op/gloo",
+    "fsdp grad_op/nccl",
+)
 LABELS = {  # axis labels
     "global_batch": "global batch (samples per step)",
     "samples_per_s": "throughput (samples/s)",
@@ -95,9 +104,10 @@ BATCH_KEYS = ("batch", "global_batch", "batch_scope")
 
 
 def labelled(cells: pd.DataFrame) -> pd.DataFrame:
-    """cells plus `variant` (mode, with the backend for ddp, and the nodes when several: inter-node
-    scaling gets a colour of its own) and `workload` (dataset/model)."""
-    variant = cells["mode"].where(cells["backend"] == "none", cells["mode"] + "/" + cells["backend"])
+    """cells plus `variant` (mode, with fsdp's sharding, the backend of ddp and fsdp, and the nodes
+    when several: inter-node scaling gets a colour of its own) and `workload` (dataset/model)."""
+    strategy = cells["mode"].where(cells["shard"] == "none", cells["mode"] + " " + cells["shard"])
+    variant = strategy.where(cells["backend"] == "none", strategy + "/" + cells["backend"])
     variant = variant.where(cells["nodes"] <= 1, variant + " on " + cells["nodes"].astype("string") + " nodes")
     return cells.assign(variant=variant, workload=cells["dataset"] + "/" + cells["model"])
 

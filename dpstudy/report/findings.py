@@ -32,16 +32,23 @@ def not_measured(why: str) -> str:
     return f"*Not measured in this study:* {why}."
 
 
-def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1) -> str:
+def strategy_name(mode: str, backend: str, shard: str = "full") -> str:
+    """DP, DDP (gloo), FSDP full (nccl), FSDP grad_op (gloo)."""
+    if mode == "dp":
+        return "DP"
+    return f"{mode.upper()}{f' {shard}' if mode == 'fsdp' else ''} ({text(backend)})"
+
+
+def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1, shard: str = "full") -> str:
     if mode == "single":
         return "one device"
     where = plural(gpus, "device") if nodes == 1 else f"{nodes} nodes x {plural(gpus, 'device')}"
-    return f"{'DP' if mode == 'dp' else f'DDP ({text(backend)})'} on {where}"
+    return f"{strategy_name(mode, backend, shard)} on {where}"
 
 
 # Rows are pandas Series (iterrows, .loc) or dicts: read them by key (Series.mode is a method).
 def who(row) -> str:
-    return setup_name(row["mode"], row["backend"], row["gpus"], row["nodes"])
+    return setup_name(row["mode"], row["backend"], row["gpus"], row["nodes"], row.get("shard", "full"))
 
 
 def batch_phrase(row) -> str:
@@ -333,9 +340,16 @@ def why_not_n(tables: Tables) -> str:
     def measured(r) -> str:
         return stats.interval_text(stats.value(r, "measured_speedup"), unit="x")
 
+    def predicted(r) -> str:
+        return (
+            "n/a (FSDP's collectives are not modelled)"
+            if pd.isna(r["predicted_speedup"])
+            else (f"{r['predicted_speedup']:.2f}x")
+        )
+
     def line(r) -> str:
         return (
-            f"- {setting_name(r, keys)}: measured {measured(r)}, model {r['predicted_speedup']:.2f}x of an "
+            f"- {setting_name(r, keys)}: measured {measured(r)}, model {predicted(r)} of an "
             f"ideal {r['devices']}x. Largest loss: **{r['largest']}** ({significant(r['largest_s'])} s of a "
             f"{significant(r['measured_s'])} s epoch whose ideal is {significant(r['ideal_s'])} s)."
         )
@@ -353,7 +367,7 @@ def why_not_n(tables: Tables) -> str:
         {
             "setting": [setting_name(r, keys) for _, r in shown.iterrows()],
             "measured": [measured(r) for _, r in shown.iterrows()],
-            "model": shown["predicted_speedup"].map("{:.2f}x".format),
+            "model": shown["predicted_speedup"].map(na("{:.2f}x".format)),
             "epoch s (ideal)": [
                 f"{significant(m)} ({significant(i)})" for m, i in zip(shown["measured_s"], shown["ideal_s"])
             ],
@@ -451,7 +465,8 @@ def data_wait(tables: Tables) -> str:
         text
         + " By mode: "
         + ", ".join(
-            f"{setup_name(r['mode'], r['backend'], whole(r['gpus']), whole(r['nodes']))} {percent(r['share'])}"
+            f"{setup_name(r['mode'], r['backend'], whole(r['gpus']), whole(r['nodes']), r.get('shard', 'full'))} "
+            f"{percent(r['share'])}"
             for _, r in setups.iterrows()
         )
         + "."
@@ -512,7 +527,7 @@ def memory(tables: Tables) -> str:
         m = rows[rows["largest"].astype(bool)].iloc[0]
         r = cells.set_index("cell").loc[m["cell"]]
         lines.append(
-            f"- {setup_name(r['mode'], r['backend'], r['gpus'], r['nodes'])}: the fullest device peaked at "
+            f"- {who(r)}: the fullest device peaked at "
             f"{m['imbalance']:.2f}x the memory of the emptiest ({m['peak_mem_mb_max']:.0f} MB vs "
             f"{m['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)})."
         )
@@ -565,6 +580,8 @@ def comm(table: pd.DataFrame | None) -> str:
     compact, skipped = comm_table(table)
     text = markdown_table(compact) if not compact.empty else not_measured("no backend could run here")
     return (
-        text + "\n\nBus bandwidth as nccl-tests defines it (algorithm bandwidth x 2(n-1)/n), median over "
-        "iterations, slowest rank." + "".join(f"\n- {line}" for line in skipped)
+        text + "\n\nAll-reduce bus bandwidth as nccl-tests defines it (algorithm bandwidth x 2(n-1)/n), median "
+        "over iterations, slowest rank. The figure adds FSDP's collectives, all-gather and reduce-scatter "
+        "(bus bandwidth = algorithm bandwidth x (n-1)/n, of the total size)."
+        + "".join(f"\n- {line}" for line in skipped)
     )

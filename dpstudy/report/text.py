@@ -151,8 +151,12 @@ def kernels_table(kernels: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def comm_table(comm: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """(message size rows, bus bandwidth and time per backend/device; one line per reason for the
-    combinations that did not run)."""
+    """(message size rows, all_reduce bus bandwidth and time per backend/device; one line per reason
+    for the combinations that did not run). The all_reduce rows only: the other collectives'
+    (all_gather, reduce_scatter) are in comm.csv and its figure; a comm.csv from before the
+    `collective` column is all all_reduce."""
+    if "collective" in comm:
+        comm = comm[comm["collective"].fillna("all_reduce") == "all_reduce"]
     ran = comm[comm["reason"].isna() & comm["median_s"].notna()]
     skipped = comm[comm["reason"].notna()].drop_duplicates(["backend", "device", "reason"])
     table = pd.DataFrame()

@@ -17,6 +17,9 @@ def value_token(value: Any) -> str:
 
 # The keys every id spells out (base_id); other keys appear only where a sweep sets them.
 ID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
+# Keys of one mode only (fsdp's shard): left out of the id of a cell whose mode does not take them,
+# where they are 'none', so that a ddp cell in a grid with fsdp shardings keeps its plain id.
+MODE_ONLY_KEYS = ("shard",)
 
 
 def base_id(spec: dict[str, Any]) -> str:
@@ -30,7 +33,8 @@ def base_id(spec: dict[str, Any]) -> str:
 def cell_id(spec: dict[str, Any], varied: Iterable[str] = (), repeats: int = 1) -> str:
     """base id, then -{key}{value} for every other varied key (sorted), then -r{k} with repeats."""
     parts = [base_id(spec)]
-    parts += [f"{key}{value_token(spec[key])}" for key in sorted(set(varied) - set(ID_KEYS))]
+    keys = sorted(k for k in set(varied) - set(ID_KEYS) if not (k in MODE_ONLY_KEYS and spec[k] == "none"))
+    parts += [f"{key}{value_token(spec[key])}" for key in keys]
     if repeats > 1:
         parts.append(f"r{spec['repeat']}")
     return "-".join(parts)

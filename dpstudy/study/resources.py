@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpstudy.study.spec import one_process_per_device
 from dpstudy.util.errors import ConfigError
 
 
@@ -39,7 +40,7 @@ def cell_cores(spec: dict[str, Any]) -> int:
 
 
 def processes_per_node(spec: dict[str, Any]) -> int:
-    return spec["gpus"] if spec["mode"] == "ddp" else 1
+    return spec["gpus"] if one_process_per_device(spec) else 1
 
 
 def train_resources(spec: dict[str, Any], job: dict[str, Any], gpus: bool) -> dict[str, Any]:

@@ -36,6 +36,8 @@ def complete(raw: dict[str, Any], where: str = "spec: ") -> dict[str, Any]:
         raise ConfigError(f"{where}expected a JSON object, got {type(raw).__name__}")
     schema.check(raw, "spec", where)
     spec = {**schema.defaults("spec"), **raw}
+    if "shard" not in raw:  # fsdp without a shard shards full; the other modes take none
+        spec["shard"] = shard_of(spec["mode"], spec["shard"])
     check_rules(spec, where)
     return dict(sorted(spec.items()))
 
@@ -60,22 +62,31 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
         raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
 
 
-# single and dp run as one process on one node, and take no process-group backend.
+# single and dp run as one process on one node, and take no process-group backend; ddp and fsdp
+# run one process per device through torchrun, on one node or several.
 ONE_PROCESS_MODES = ("single", "dp")
+PROCESS_PER_DEVICE_MODES = ("ddp", "fsdp")
+# How fsdp shards (schema $defs/shard); the other modes take none.
+SHARDINGS = ("full", "grad_op")
 
 
 def setup_gap(cell: dict[str, Any]) -> str | None:
-    """Why a cell's mode, gpus, nodes and backend do not go together, or None: the one statement
-    of these rules (spec validation raises it, a sweep's grid prunes by it)."""
+    """Why a cell's mode, gpus, nodes, backend and shard do not go together, or None: the one
+    statement of these rules (spec validation raises it, a sweep's grid prunes by it)."""
     mode, gpus, backend, nodes = cell["mode"], cell["gpus"], cell["backend"], cell.get("nodes", 1)
+    shard = cell.get("shard", "none")
     if mode == "single" and gpus != 1:
         return f"mode 'single' needs gpus 1, got gpus {gpus}"
     if mode in ONE_PROCESS_MODES and backend != "none":
         return f"mode {mode!r} takes backend 'none', got backend {backend!r}"
-    if mode == "ddp" and backend == "none":
-        return "mode 'ddp' needs backend 'nccl' or 'gloo', got backend 'none'"
+    if mode in PROCESS_PER_DEVICE_MODES and backend == "none":
+        return f"mode {mode!r} needs backend 'nccl' or 'gloo', got backend 'none'"
     if nodes > 1 and mode in ONE_PROCESS_MODES:
-        return f"mode {mode!r} runs as one process on one node, got nodes {nodes}; only ddp spans nodes"
+        return f"mode {mode!r} runs as one process on one node, got nodes {nodes}; only ddp and fsdp span nodes"
+    if mode == "fsdp" and shard not in SHARDINGS:
+        return f"mode 'fsdp' needs shard 'full' or 'grad_op', got shard {shard!r}"
+    if mode != "fsdp" and shard != "none":
+        return f"mode {mode!r} takes shard 'none' (only fsdp shards), got shard {shard!r}"
     return None
 
 
@@ -84,8 +95,20 @@ def backend_of(mode: str, backend: str) -> str:
     return "none" if mode in ONE_PROCESS_MODES else backend
 
 
+def shard_of(mode: str, shard: str) -> str:
+    """The sharding a cell of `mode` runs with: full for fsdp unless it says grad_op; none otherwise."""
+    if mode != "fsdp":
+        return "none"
+    return shard if shard in SHARDINGS else "full"
+
+
+def one_process_per_device(spec: dict[str, Any]) -> bool:
+    """ddp and fsdp: torchrun starts one process per device, each with its share of the batch."""
+    return spec["mode"] in PROCESS_PER_DEVICE_MODES
+
+
 def devices(spec: dict[str, Any]) -> int:
-    """Devices the cell trains on: gpus per node times nodes (the DDP world size)."""
+    """Devices the cell trains on: gpus per node times nodes (the world size of ddp and fsdp)."""
     return spec["gpus"] * spec.get("nodes", 1)
 
 

@@ -16,7 +16,7 @@ from dpstudy.study.cells import cell_id
 from dpstudy.util.errors import ConfigError
 
 # The spec keys a sweep may vary besides the settings (schema $defs/settings).
-SWEPT_SPEC_KEYS = ("mode", "gpus", "nodes", "batch", "backend")
+SWEPT_SPEC_KEYS = ("mode", "gpus", "nodes", "batch", "backend", "shard")
 
 
 class JsonDict(dict):
@@ -102,9 +102,15 @@ def sweep_combinations(sweep: dict[str, Any]) -> list[dict[str, Any]]:
 
 def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
     """The combination as a cell runs it (single and dp take backend none, whatever the grid's
-    backends), or None when it cannot run (dpstudy.study.spec.setup_gap: single needs gpus 1,
-    single and dp run on one node, ddp needs a backend)."""
-    combo = {**combo, "backend": specs.backend_of(combo["mode"], combo["backend"])}
+    backends; only fsdp takes a shard, full unless the grid says grad_op), or None when it cannot
+    run (dpstudy.study.spec.setup_gap: single needs gpus 1, single and dp run on one node, ddp and
+    fsdp need a backend)."""
+    mode = combo["mode"]
+    combo = {
+        **combo,
+        "backend": specs.backend_of(mode, combo["backend"]),
+        "shard": specs.shard_of(mode, combo.get("shard", "none")),
+    }
     return None if specs.setup_gap(combo) else combo
 
 
@@ -131,7 +137,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
         candidate = {k: settings.get(k, dims.get(k)) for k in SWEPT_SPEC_KEYS}
         candidate.setdefault("mode", settings.get("mode"))
         if candidate["mode"] is None:
-            raise ConfigError(f"{where}no mode: give grid.mode (single, dp, ddp)")
+            raise ConfigError(f"{where}no mode: give grid.mode (single, dp, ddp, fsdp)")
         kept = normalise(candidate)
         if kept is None:
             continue
@@ -148,13 +154,17 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
             spec = specs.complete({**raw, "repeat": repeat}, where)
             cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec, resources))
     modes = set(sweep.get("grid", {}).get("mode", []))
-    if "ddp" in modes and not any(c.spec["mode"] == "ddp" for c in cells):
-        raise ConfigError(f"{where}mode ddp needs backend nccl or gloo in grid.backend")
+    for mode in sorted(modes & set(specs.PROCESS_PER_DEVICE_MODES)):
+        if not any(c.spec["mode"] == mode for c in cells):
+            raise ConfigError(f"{where}mode {mode} needs backend nccl or gloo in grid.backend")
     most_nodes = max(sweep.get("grid", {}).get("nodes", [1]))
-    if most_nodes > 1 and "ddp" not in modes:
+    if most_nodes > 1 and not modes & set(specs.PROCESS_PER_DEVICE_MODES):
         raise ConfigError(
-            f"{where}nodes {most_nodes} needs mode ddp in grid.mode: single and dp run as one process on one node"
+            f"{where}nodes {most_nodes} needs mode ddp or fsdp in grid.mode: "
+            "single and dp run as one process on one node"
         )
+    if "shard" in sweep.get("grid", {}) and "fsdp" not in modes:
+        raise ConfigError(f"{where}grid.shard needs mode fsdp in grid.mode: only fsdp shards")
     return cells
 
 

@@ -346,11 +346,12 @@ def test_study_knows_which_cells_need_more_gpus_and_what_snakemake_left_out():
 def test_comm_figures_on_one_gpu_and_on_two():
     from dpstudy.microbench import comm
 
-    def rows(backend, world):
+    def rows(backend, world, collective="all_reduce", slower=1):
         sizes = [4096, 1 << 20, 256 << 20]
-        median = [2e-5, 1e-4, 5e-2]
+        median = [2e-5 * slower, 1e-4 * slower, 5e-2 * slower]
         df = pd.DataFrame(
             {
+                "collective": collective,
                 "backend": backend,
                 "device": "cuda",
                 "world_size": world,
@@ -364,7 +365,9 @@ def test_comm_figures_on_one_gpu_and_on_two():
         return df
 
     assert items.comm_plan(1) == [("nccl", 1), ("gloo", 2)] and items.comm_plan(4) == [("nccl", 2), ("gloo", 2)]
-    one = items.comm_result(pd.concat([rows("nccl", 1), rows("gloo", 2)]), 1, {})
+    # all_gather and reduce_scatter rows (3x slower) sit beside them in comm.csv: the figures are all_reduce's
+    others = [rows(b, w, c, slower=3) for b, w in (("nccl", 1), ("gloo", 2)) for c in ("all_gather", "reduce_scatter")]
+    one = items.comm_result(pd.concat([*others, rows("nccl", 1), rows("gloo", 2)]), 1, {})
     assert one["figures"]["ran"] and one["figures"]["nccl_latency_us"] == pytest.approx(20)
     assert "nccl_busbw_gbps" not in one["figures"] and "world size 1" in one["details"]["nccl_busbw_gbps"]
     assert one["figures"]["gloo_busbw_gbps"] == pytest.approx((256 << 20) / 5e-2 / 1e9)

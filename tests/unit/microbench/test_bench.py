@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from helpers import REPO
 
 import dpstudy.ext
+from dpstudy.analysis import scaling
 from dpstudy.ext import reference
 from dpstudy.microbench import comm, kernels
 from dpstudy.microbench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
@@ -85,15 +86,119 @@ def test_comm_bench_quick(tmp_path):
     _run("scripts/comm_bench.py", "--out", str(csv), "--quick", "--png", str(png))
     df = pd.read_csv(csv)
     assert list(df.columns) == comm.COLUMNS and png.stat().st_size > 0
+    assert comm.COLLECTIVES == ("all_reduce", "all_gather", "reduce_scatter")
     gloo = df[(df.backend == "gloo") & (df.device == "cpu")]
-    assert list(gloo.bytes) == [4096 * 4**k for k in range(6)] and gloo.reason.isna().all()
-    np.testing.assert_allclose(gloo.algbw_gbps, gloo.bytes / gloo.median_s / 1e9)
-    np.testing.assert_allclose(gloo.busbw_gbps, gloo.algbw_gbps * 2 * (2 - 1) / 2)
-    assert set(zip(df.backend, df.device)) == set(comm.COMBOS)
+    assert list(gloo.collective.unique()) == list(comm.COLLECTIVES)
+    # a reason-free row passed the check of its result on both ranks before it was timed
+    assert gloo.reason.isna().all() and (gloo.median_s > 0).all() and (gloo.busbw_gbps > 0).all()
+    for collective, factor in (
+        ("all_reduce", 2 * (2 - 1) / 2),
+        ("all_gather", (2 - 1) / 2),
+        ("reduce_scatter", (2 - 1) / 2),
+    ):
+        rows = gloo[gloo.collective == collective]
+        assert list(rows.bytes) == [4096 * 4**k for k in range(6)], collective  # S, the total size
+        assert list(rows["size"]) == ["4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB", "4 MiB"]
+        np.testing.assert_allclose(rows.algbw_gbps, rows.bytes / rows.median_s / 1e9, rtol=1e-12)
+        np.testing.assert_allclose(rows.busbw_gbps, rows.bytes / rows.median_s / 1e9 * factor, rtol=1e-12)
+    assert set(zip(df.collective, df.backend, df.device)) == {(c, *b) for c in comm.COLLECTIVES for b in comm.COMBOS}
     skipped = df[df.reason.notna()]
     assert skipped.median_s.isna().all() and skipped.busbw_gbps.isna().all()
     if torch.cuda.device_count() < 2:
         assert (skipped.backend == "nccl").any()
+        assert set(skipped[skipped.backend == "nccl"].collective) == set(comm.COLLECTIVES)
+
+
+def _as_rank(monkeypatch, rank: int, world_size: int) -> None:
+    monkeypatch.setattr(comm.dist, "get_rank", lambda: rank)
+    monkeypatch.setattr(comm.dist, "get_world_size", lambda: world_size)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_comm_checks_catch_a_result_from_the_wrong_rank_or_chunk(monkeypatch, rank):
+    """Rank `rank` of 2, with each collective played by hand: what the other rank holds is known
+    from the inputs' rule, so the right result passes the check and near misses do not."""
+    _as_rank(monkeypatch, rank, 2)
+    other = 1 - rank
+
+    def gather(fill):
+        def call(out, inp):
+            fill(out.view(2, -1), inp)
+
+        return call
+
+    def right(out, inp):
+        out[rank], out[other] = inp, inp / (rank + 1) * (other + 1)
+
+    def own_twice(out, inp):
+        out[:] = inp
+
+    def swapped(out, inp):
+        out[other], out[rank] = inp, inp / (rank + 1) * (other + 1)
+
+    for fill, ok in ((right, True), (own_twice, False), (swapped, False)):
+        monkeypatch.setattr(comm, "_ALL_GATHER", gather(fill))
+        size, call, check = comm.collective_call("all_gather", 4096, torch.device("cpu"))
+        call()
+        assert size == 4096 and check() is ok, fill.__name__
+
+    def scatter(pick, total):
+        # rank r's input chunk j is (j + 1)(r + 1): the sum over both ranks is 3/(r + 1) times r's own
+        def call(out, inp):
+            mine = inp.view(2, -1)[pick]
+            out.copy_(mine * 3 / (rank + 1) if total else mine)
+
+        return call
+
+    for pick, total, ok in ((rank, True, True), (other, True, False), (rank, False, False)):
+        monkeypatch.setattr(comm, "_REDUCE_SCATTER", scatter(pick, total))
+        size, call, check = comm.collective_call("reduce_scatter", 4096, torch.device("cpu"))
+        call()
+        assert size == 4096 and check() is ok, (pick, total)
+
+
+def test_comm_a_wrong_result_reports_no_bandwidth(tmp_path, monkeypatch):
+    """In a real (one-rank Gloo) group: a collective that runs but computes garbage gets a reason,
+    and no time; the real one is timed."""
+    from dpstudy.engine.parallel import destroy_process_group
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        cpu = torch.device("cpu")
+        for collective in comm.COLLECTIVES:
+            good = comm._time_size(collective, 16384, cpu, "gloo", quick=True)
+            assert good["bytes"] == 16384 and good["median_s"] > 0 and "reason" not in good, good
+        monkeypatch.setattr(comm, "_ALL_GATHER", lambda out, inp: out.zero_())
+        monkeypatch.setattr(comm, "_REDUCE_SCATTER", lambda out, inp: out.copy_(inp[: out.numel()] + 1))
+        for collective in ("all_gather", "reduce_scatter"):
+            bad = comm._time_size(collective, 16384, cpu, "gloo", quick=True)
+            assert "median_s" not in bad and "wrong result" in bad["reason"], bad
+    finally:
+        destroy_process_group()
+
+
+def test_comm_bus_factors_and_sizes():
+    assert comm.bus_factor("all_reduce", 2) == 1.0 and comm.bus_factor("all_reduce", 4) == 1.5
+    assert comm.bus_factor("all_gather", 4) == comm.bus_factor("reduce_scatter", 4) == 0.75
+    assert comm.bus_factor("all_gather", 1) == 0.0
+
+
+def test_bus_bandwidth_per_collective_and_from_an_old_comm_csv():
+    rows = {"backend": "gloo", "device": "cpu", "world_size": 2, "bytes": [4096, 4 << 20], "reason": None}
+    old = pd.DataFrame({**rows, "busbw_gbps": 0.1})  # before the collective column: all all_reduce
+    assert scaling.bus_bandwidth(old, "gloo", "cpu", 2, 1 << 20) == pytest.approx(0.1)
+    assert scaling.bus_bandwidth(old, "gloo", "cpu", 2, 1 << 20, collective="all_gather") is None
+    new = pd.concat(
+        [
+            pd.DataFrame({**rows, "collective": "all_gather", "busbw_gbps": [0.2, 0.4]}),
+            pd.DataFrame({**rows, "collective": "all_reduce", "busbw_gbps": [1.0, 3.0]}),
+            pd.DataFrame({**rows, "collective": "reduce_scatter", "busbw_gbps": [0.5, 0.5]}),
+        ]
+    )
+    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4096) == pytest.approx(1.0)  # all_reduce by default
+    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4 << 20) == pytest.approx(3.0)
+    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4 << 20, "all_gather") == pytest.approx(0.4)
+    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4096, collective="reduce_scatter") == pytest.approx(0.5)
 
 
 def test_comm_helpers():

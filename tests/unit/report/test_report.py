@@ -409,9 +409,11 @@ def report(tmp_path_factory, python3_kernel) -> Path:
         plots.FIGURES[name](tables).savefig(root / "figures" / name)
     (root / "bench").mkdir()
     (root / "bench" / "comm.csv").write_text(
-        "backend,device,world_size,bytes,size,dtype,iters,median_s,algbw_gbps,busbw_gbps,reason\n"
-        "gloo,cpu,2,1048576,1 MiB,float32,10,0.00168,0.625,0.625,\n"
-        "nccl,cuda,2,1048576,1 MiB,float32,,,,,no CUDA device\n"
+        "collective,backend,device,world_size,bytes,size,dtype,iters,median_s,algbw_gbps,busbw_gbps,reason\n"
+        "all_gather,gloo,cpu,2,1048576,1 MiB,float32,10,0.00273,0.384,0.192,\n"
+        "all_gather,nccl,cuda,2,1048576,1 MiB,float32,,,,,no CUDA device\n"
+        "all_reduce,gloo,cpu,2,1048576,1 MiB,float32,10,0.00168,0.625,0.625,\n"
+        "all_reduce,nccl,cuda,2,1048576,1 MiB,float32,,,,,no CUDA device\n"
     )
     (root / "study.yaml").write_text(f"study: {STUDY}\n")
     run_report(root, STUDY)
@@ -428,6 +430,7 @@ def test_report_html_answers_from_the_data(report):
         assert reason in html
     assert "--forcerun $(cat tables/stale.txt)" in html
     assert "gloo on cpu, 2 ranks: bus GB/s" in html and "1.68 ms" in html  # the optional comm table, pivoted
+    assert "2.73 ms" not in html  # ... of all_reduce only: the all_gather row is comm.csv's and comm.png's
     assert "1 combination not run: no CUDA device (nccl on cuda)" in html
     assert "kernels.csv" in html  # ... and the honest note for the missing kernel results
     assert "findings.speedup" not in html  # code inputs are hidden

@@ -63,10 +63,63 @@ def test_sweep_resources_override_the_study_and_defaults_fill_the_rest():
     }
 
 
+def test_only_fsdp_cells_take_a_shard_and_name_it_where_the_sweep_sets_it():
+    strategies = {
+        "study": "strategies_test",
+        "sweeps": [
+            {
+                "name": "shardings",
+                "dataset": "synthetic",
+                "model": "lenet",
+                "grid": {
+                    "mode": ["single", "ddp", "fsdp"],
+                    "gpus": [1, 2],
+                    "backend": ["gloo"],
+                    "shard": ["full", "grad_op"],
+                },
+            },
+            {
+                "name": "plain",
+                "dataset": "synthetic",
+                "model": "lenet",
+                "grid": {"mode": ["fsdp"], "gpus": [2], "backend": ["gloo"]},
+            },
+        ],
+    }
+    by_id = cells(strategies)
+    assert set(by_id) == {
+        "synthetic-lenet-single-g1-b64-none",
+        "synthetic-lenet-ddp-g1-b64-gloo",
+        "synthetic-lenet-ddp-g2-b64-gloo",
+        "synthetic-lenet-fsdp-g1-b64-gloo-shardfull",
+        "synthetic-lenet-fsdp-g2-b64-gloo-shardfull",
+        "synthetic-lenet-fsdp-g1-b64-gloo-shardgrad_op",
+        "synthetic-lenet-fsdp-g2-b64-gloo-shardgrad_op",
+        "synthetic-lenet-fsdp-g2-b64-gloo",  # a sweep that does not set shard: full, and not in the id
+    }
+    shards = {cell_id: c.spec["shard"] for cell_id, c in by_id.items()}
+    assert shards["synthetic-lenet-ddp-g2-b64-gloo"] == shards["synthetic-lenet-single-g1-b64-none"] == "none"
+    assert shards["synthetic-lenet-fsdp-g2-b64-gloo"] == shards["synthetic-lenet-fsdp-g2-b64-gloo-shardfull"] == "full"
+    assert shards["synthetic-lenet-fsdp-g2-b64-gloo-shardgrad_op"] == "grad_op"
+    # one process per device, like ddp: the same job
+    fsdp, ddp = by_id["synthetic-lenet-fsdp-g2-b64-gloo"], by_id["synthetic-lenet-ddp-g2-b64-gloo"]
+    assert train_resources(fsdp.spec, fsdp.resources, False) == train_resources(ddp.spec, ddp.resources, False)
+    assert train_resources(fsdp.spec, fsdp.resources, False)["mem_mb"] == 2 * 4000 + 1000  # 2 processes
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda c: c["sweeps"][0]["grid"].update(mode=["single", "dp"]), "sweep 'scale': nodes 2 needs mode ddp"),
+        (
+            lambda c: c["sweeps"][0]["grid"].update(mode=["single", "dp"]),
+            "sweep 'scale': nodes 2 needs mode ddp or fsdp",
+        ),
+        (lambda c: c["sweeps"][0]["grid"].update(shard=["full"]), "sweep 'scale': grid.shard needs mode fsdp"),
+        (lambda c: c["sweeps"][0]["grid"].update(shard=["zero3"]), "sweep 'scale': shard: 'zero3' is not one of"),
+        (
+            lambda c: c["sweeps"][0]["grid"].update(mode=["fsdp"], backend=["none"]),
+            "sweep 'scale': mode fsdp needs backend nccl or gloo",
+        ),
         (lambda c: c["sweeps"][0]["grid"].update(nodes=[0]), "sweep 'scale': nodes: 0 is less than the minimum of 1"),
         (
             lambda c: c["sweeps"][0]["grid"].update(nodes=["two"]),
@@ -170,7 +223,7 @@ def test_the_all_reduce_benchmark_reserves_no_more_gpus_than_the_host_has(gpu_jo
 
 
 def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
-    # The mode/backend/nodes rules are stated once (dpstudy.study.spec.setup_gap): a sweep's grid
+    # The mode/backend/nodes/shard rules are stated once (dpstudy.study.spec.setup_gap): a sweep's grid
     # prunes by them and a spec is refused by them, so the two can never disagree.
     import itertools
 
@@ -183,16 +236,21 @@ def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
             return False
         return True
 
-    kept = 0
-    for mode, gpus, nodes, backend in itertools.product(
-        ["single", "dp", "ddp"], [1, 2], [1, 2], ["none", "gloo", "nccl"]
+    kept = set()
+    for mode, gpus, nodes, backend, shard in itertools.product(
+        ["single", "dp", "ddp", "fsdp"], [1, 2], [1, 2], ["none", "gloo", "nccl"], ["none", "full", "grad_op"]
     ):
-        combo = {"mode": mode, "gpus": gpus, "nodes": nodes, "backend": backend, "batch": 64}
+        combo = {"mode": mode, "gpus": gpus, "nodes": nodes, "backend": backend, "batch": 64, "shard": shard}
         normalised = studies.normalise(combo)
-        as_run = {**combo, "backend": specs.backend_of(mode, backend)}  # single and dp take none
+        # single and dp take backend none; only fsdp shards, full unless it says grad_op
+        as_run = {**combo, "backend": specs.backend_of(mode, backend), "shard": specs.shard_of(mode, shard)}
         assert (normalised is not None) == accepted(as_run), combo
         assert accepted(combo) <= (normalised == combo), combo  # a valid spec is kept as it is
-        kept += normalised is not None
-    # single: 1 gpu, 1 node (any grid backend becomes none); dp: 1 or 2 gpus on 1 node; ddp: a
-    # real backend on any gpus and nodes
-    assert kept == 3 + 2 * 3 + 2 * 2 * 2
+        if normalised is not None:
+            kept.add(tuple(sorted(normalised.items())))
+    # Distinct cells: single on 1 gpu and 1 node (any grid backend and shard become none); dp on 1
+    # or 2 gpus, 1 node; ddp with a real backend on any gpus and nodes; fsdp the same, either sharding.
+    assert len(kept) == 1 + 2 + 2 * 2 * 2 + 2 * 2 * 2 * 2
+    assert specs.complete({"dataset": "synthetic", "model": "lenet", "mode": "fsdp", "backend": "gloo"})["shard"] == (
+        "full"
+    )
