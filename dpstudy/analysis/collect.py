@@ -44,7 +44,19 @@ ENV_COLUMNS = {
     "threads_per_process": "threads_per_process",
 }
 # record.probe (dpstudy.engine.probe): the parts of a step the scaling model needs.
-PROBE_FIELDS = ("sync_step_s", "nosync_step_s", "allreduce_s", "grad_bytes", "scatter_s", "replicate_s", "gather_s")
+PROBE_FIELDS = (
+    "sync_step_s",
+    "nosync_step_s",
+    "allreduce_s",
+    "grad_bytes",
+    "allgather_s",
+    "reduce_scatter_s",
+    "gather_bytes",
+    "units",
+    "scatter_s",
+    "replicate_s",
+    "gather_s",
+)
 
 CELL_COLUMNS = (
     "cell",

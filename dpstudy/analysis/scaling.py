@@ -6,16 +6,22 @@ settings at the same global batch), per steady epoch (medians over epochs >= 2, 
   ideal        T_b / n                  n devices splitting b's epoch perfectly
   compute      compute_b / n            b's compute time, split n ways
   data wait    wait                     the cell's own waiting for data
-  all-reduce   steps x t_ar x (1 - overlap)
-               t_ar: the gradients' bytes x 2(n-1)/n over the bus bandwidth comm_bench measured
-               for the same backend, device and world size (else the probe's all-reduce alone);
-               overlap: 1 - (step with the all-reduce - step under no_sync) / t_ar (the probe)
+  sync         steps x t_sync x (1 - overlap), the collectives that keep the ranks in step:
+               DDP: t_sync = the all-reduce of the gradients, their bytes x 2(n-1)/n over the bus
+               bandwidth comm_bench measured for the same backend, device and world size (else
+               the probe's all-reduce alone); overlap: 1 - (step with the all-reduce - step under
+               no_sync) / the probe's all-reduce.
+               FSDP: t_sync = the parameters' all-gather before forward (again before backward
+               when shard is full) and the gradients' reduce-scatter, each its bytes x (n-1)/n
+               over comm_bench's all-gather or reduce-scatter bus bandwidth at the mean unit's
+               size (else the probe's collectives alone); overlap: 1 - (step as FSDP runs it -
+               the same step on an unsharded replica) / the probe's collectives.
   DP           steps x (scatter + replicate + gather)         (the probe of a dp cell)
-  predicted    compute + data wait + all-reduce + DP;  predicted speedup = T_b / predicted
+  predicted    compute + data wait + sync + DP;  predicted speedup = T_b / predicted
 
 The losses against ideal name what keeps a cell from n x, measured where the probe can: extra data
-wait (wait - wait_b / n), the all-reduce the backward did not hide (steps x (step with it - step
-under no_sync); this is also where DDP's bucketing beyond the bare all-reduce shows), DP's
+wait (wait - wait_b / n), the collectives the step did not hide (steps x (step with them - step
+without); this is also where DDP's bucketing and FSDP's copies beyond the bare collectives show), DP's
 transfers, per-device compute (steps x the step under no_sync - compute_b / n: steps that do not
 shrink n-fold, ranks sharing cores or memory bandwidth), and the rest (optimizer steps, the
 loop's own overhead): T - ideal - the four.
@@ -34,7 +40,7 @@ from dpstudy.analysis.keys import SETTING_KEYS
 
 LOSSES = {
     "loss_data_s": "waiting for data",
-    "loss_sync_s": "gradient all-reduce the backward did not hide",
+    "loss_sync_s": "collectives (all-reduce, all-gather, reduce-scatter) the step did not hide",
     "loss_dp_s": "DP scatter/replicate/gather",
     "loss_compute_s": "per-device compute (it does not shrink n-fold: smaller steps, shared cores)",
     "loss_other_s": "everything else (optimizer steps, synchronisation, start of each step)",
@@ -48,8 +54,8 @@ COLUMNS = (
     "ideal_s",
     "compute_s",
     "data_wait_s",
-    "allreduce_s",
-    "allreduce_source",
+    "sync_s",
+    "sync_source",
     "overlap",
     "dp_s",
     "predicted_s",
@@ -89,17 +95,38 @@ def bus_bandwidth(
     return float(np.interp(math.log(nbytes), np.log(rows["bytes"].astype(float)), rows["busbw_gbps"]))
 
 
-def allreduce_time(cell: pd.Series, comm: pd.DataFrame | None) -> tuple[float, str]:
-    """(seconds per all-reduce of the gradients, where the number comes from)."""
-    n, nbytes = int(cell["devices"]), cell["grad_bytes"]
-    if pd.isna(nbytes):
-        return (math.nan, "none")
-    busbw = bus_bandwidth(comm, cell["backend"], cell["env_device"], n, float(nbytes))
-    if busbw:
-        return (float(nbytes) * 2 * (n - 1) / n / (busbw * 1e9), "comm_bench")
-    if pd.notna(cell["allreduce_s"]):
-        return (float(cell["allreduce_s"]), "probe")
-    return (math.nan, "none")
+def collective_time(
+    comm: pd.DataFrame | None, cell: pd.Series, collective: str, nbytes: float, factor: float, per: int = 1
+) -> float | None:
+    """Seconds of `collective` moving `nbytes` in `per` equal calls at comm_bench's bus bandwidth
+    (bytes x factor / busbw, nccl-tests' definition); None without a comm_bench row."""
+    busbw = bus_bandwidth(comm, cell["backend"], cell["env_device"], int(cell["devices"]), nbytes / per, collective)
+    return nbytes * factor / (busbw * 1e9) if busbw else None
+
+
+def sync_times(cell: pd.Series, comm: pd.DataFrame | None) -> tuple[float, float, str]:
+    """(seconds per step of the collectives that keep the ranks in step, the same from the probe
+    alone, where the first number comes from): see the module's docstring."""
+    n = int(cell["devices"])
+    if cell["mode"] == "ddp":
+        probed = float(cell["allreduce_s"]) if pd.notna(cell["allreduce_s"]) else math.nan
+        nbytes = cell["grad_bytes"]
+        bench = None if pd.isna(nbytes) else collective_time(comm, cell, "all_reduce", float(nbytes), 2 * (n - 1) / n)
+    elif cell["mode"] == "fsdp":
+        passes = 2 if cell["shard"] == "full" else 1
+        parts = [cell[k] for k in ("allgather_s", "reduce_scatter_s", "gather_bytes", "grad_bytes", "units")]
+        if any(pd.isna(p) for p in parts):
+            return (math.nan, math.nan, "none")
+        gather_s, scatter_s, gather_bytes, grad_bytes, units = (float(p) for p in parts)
+        probed = passes * gather_s + scatter_s
+        gather = collective_time(comm, cell, "all_gather", gather_bytes, (n - 1) / n, int(units))
+        scatter = collective_time(comm, cell, "reduce_scatter", grad_bytes, (n - 1) / n, int(units))
+        bench = passes * gather + scatter if gather is not None and scatter is not None else None
+    else:
+        return (math.nan, math.nan, "none")
+    if bench is not None:
+        return (bench, probed, "comm_bench")
+    return (probed, probed, "probe") if not math.isnan(probed) else (math.nan, math.nan, "none")
 
 
 def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataFrame | None) -> dict:
@@ -107,23 +134,19 @@ def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataF
     n = int(cell["devices"])
     steps = math.ceil(part["samples"] / n / (cell["global_batch"] / n))
     exposed = cell["sync_step_s"] - cell["nosync_step_s"]
-    overlap = float(np.clip(1 - exposed / cell["allreduce_s"], 0, 1)) if cell["allreduce_s"] > 0 else math.nan
-    allreduce = dp = math.nan
-    source = "none"
-    if cell["mode"] == "ddp":
-        t_ar, source = allreduce_time(cell, comm)
-        allreduce = steps * t_ar * (1 - (0.0 if math.isnan(overlap) else overlap))
+    t_sync, probed, source = sync_times(cell, comm)
+    overlap = float(np.clip(1 - exposed / probed, 0, 1)) if probed > 0 else math.nan
+    sync_s = steps * t_sync * (1 - (0.0 if math.isnan(overlap) else overlap))
+    dp = math.nan
     transfers = [cell[k] for k in ("scatter_s", "replicate_s", "gather_s")]
     if cell["mode"] == "dp" and not any(pd.isna(t) for t in transfers):
         dp = steps * sum(transfers)
     compute, wait = base["compute_s"] / n, part["data_wait_s"]
-    predicted = compute + wait + np.nansum([allreduce, dp])
-    if cell["mode"] == "fsdp":  # its all-gathers and reduce-scatters have no term yet: no prediction
-        predicted = math.nan
+    predicted = compute + wait + np.nansum([sync_s, dp])
     ideal, measured = base["wall_s"] / n, part["wall_s"]
     # Measured by the probe: the all-reduce time the backward left exposed, and the forward and
     # backward without it against b's compute split n ways. Without a probe, the model's term.
-    sync = steps * exposed if pd.notna(exposed) else allreduce
+    sync = steps * exposed if pd.notna(exposed) else sync_s
     per_device = steps * cell["nosync_step_s"] - compute if pd.notna(cell["nosync_step_s"]) else math.nan
     losses = {
         "loss_data_s": wait - base["data_wait_s"] / n,
@@ -142,8 +165,8 @@ def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataF
         "ideal_s": ideal,
         "compute_s": compute,
         "data_wait_s": wait,
-        "allreduce_s": allreduce,
-        "allreduce_source": source,
+        "sync_s": sync_s,
+        "sync_source": source,
         "overlap": overlap,
         "dp_s": dp,
         "predicted_s": predicted,
@@ -181,9 +204,9 @@ def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     smaller than that, negative ones included, is measurement noise."""
     if table.empty:
         return table.assign(measured_speedup_low=[], measured_speedup_high=[], noise_s=[])
-    numeric = [c for c in COLUMNS if c not in ("cell", "allreduce_source", "largest", *SETTING_KEYS)]
+    numeric = [c for c in COLUMNS if c not in ("cell", "sync_source", "largest", *SETTING_KEYS)]
     grouped = table.groupby(SETTING_KEYS, dropna=False, sort=True)
-    out = grouped[numeric].median().join(grouped["allreduce_source"].first())
+    out = grouped[numeric].median().join(grouped["sync_source"].first())
     spread = grouped["measured_s"].std(ddof=1).rename("cell_sd")
     out = out.join(spread).reset_index()
     base_share = out["base_sd_s"] / out["n"]

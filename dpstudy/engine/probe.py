@@ -3,7 +3,10 @@
 DDP (more than one rank): a step's forward and backward with the gradient all-reduce and without
 it (`no_sync`), and one all-reduce of the gradients' bytes alone. Their difference is the
 all-reduce time the backward did not hide; against the all-reduce alone it gives the overlap DDP
-achieved. DP (several GPUs): per step, scattering the batch, replicating the model and gathering
+achieved. FSDP (more than one rank): a step's forward and backward as FSDP runs it, the same step
+on an unsharded replica of the model (no collective at all: its compute), and its collectives
+alone: one all-gather of every unit's parameters, and the reduce-scatter of every unit's
+gradients. DP (several GPUs): per step, scattering the batch, replicating the model and gathering
 the outputs. The probe runs after the last evaluation, takes no optimizer step and leaves the
 gradients empty, so it changes nothing the record reports. Times are the slowest rank's.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import time
 
 import torch
@@ -26,6 +30,8 @@ def measure(trainer, steps: int = STEPS) -> dict | None:
     par = trainer.par
     if par.mode == "ddp" and par.world_size > 1:
         return ddp_overlap(trainer, steps)
+    if par.mode == "fsdp" and par.world_size > 1:
+        return fsdp_overlap(trainer, steps)
     if par.mode == "dp" and len(par.devices()) > 1:
         return dp_transfers(trainer, steps)
     return None
@@ -79,6 +85,86 @@ def ddp_overlap(trainer, steps: int) -> dict:
         "allreduce_s": max(slowest[2::3]),
         "grad_bytes": flat.numel() * flat.element_size(),
     }
+
+
+def fsdp_overlap(trainer, steps: int) -> dict:
+    from torch.distributed.fsdp import FSDPModule
+
+    from dpstudy import models
+
+    model, par = trainer.model, trainer.par
+    model.train()
+    inputs = batches(trainer, steps)
+    data = itertools.cycle(inputs)
+    x0 = inputs[0][0]
+    with torch.no_grad():
+        classes = model(x0[:1]).shape[1]
+    # The compute of the same step without FSDP: a replica of the architecture (weights do not
+    # change its time), cast as FSDP's policy casts (autocast stands in for the bf16/fp16 copies).
+    replica = models.build(trainer.spec["model"], x0.shape[1], x0.shape[2], classes).to(par.device)
+    if trainer.spec["channels_last"]:
+        replica = replica.to(memory_format=torch.channels_last)
+    amp = trainer.amp_dtype
+
+    def step(net: nn.Module, cast):
+        def work():
+            x, y = next(data)
+            with cast():
+                loss = F.cross_entropy(net(x).float(), y)
+            loss.backward()
+            net.zero_grad(set_to_none=True)
+
+        return work
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    # each unit's parameters, not its sub-units' (a root that holds none gathers nothing)
+    sizes = [n for n in (own_numel(unit) for unit in units) if n > 0]
+    world = par.world_size
+    gather_size = torch.finfo(amp).bits // 8 if amp is not None else 4
+    buffers = [
+        (
+            torch.zeros(math.ceil(n / world) * world, device=par.device),
+            torch.empty(math.ceil(n / world), device=par.device),
+        )
+        for n in sizes
+    ]
+
+    def all_gather():
+        for unit in units:
+            unit.unshard()
+        for unit in units:
+            unit.reshard()
+
+    def reduce_scatter():
+        for full, shard in buffers:
+            dist.reduce_scatter_tensor(shard, full)
+
+    sharded = step(model, contextlib.nullcontext)
+    compute = step(replica, lambda: torch.autocast(par.device.type, dtype=amp) if amp else contextlib.nullcontext())
+    for work in (sharded, compute, all_gather, reduce_scatter):  # warm-up
+        work()
+    dist.barrier()
+    times = [per_step(trainer, work, steps) for work in (sharded, compute, all_gather, reduce_scatter)]
+    slowest = par.all_gather_floats(times)
+    del replica
+    return {
+        "steps": steps,
+        "sync_step_s": max(slowest[0::4]),
+        "nosync_step_s": max(slowest[1::4]),
+        "allgather_s": max(slowest[2::4]),
+        "reduce_scatter_s": max(slowest[3::4]),
+        "gather_bytes": sum(sizes) * gather_size,
+        "grad_bytes": sum(sizes) * 4,  # reduced in fp32 (the policy's reduce_dtype, or fp32 params)
+        "units": len(sizes),
+    }
+
+
+def own_numel(unit: nn.Module) -> int:
+    """Elements of the parameters FSDP manages in `unit` itself, those of nested units left out."""
+    from torch.distributed.fsdp import FSDPModule
+
+    nested = {id(p) for m in unit.modules() if m is not unit and isinstance(m, FSDPModule) for p in m.parameters()}
+    return sum(p.numel() for p in unit.parameters() if id(p) not in nested)
 
 
 def dp_transfers(trainer, steps: int) -> dict:

@@ -298,12 +298,14 @@ def across_nodes(tables: Tables, named: list[str] = ()) -> str:
 
 MODEL_INTRO = (
     "The model rebuilds each multi-device epoch from parts measured elsewhere: the single-device "
-    "cell's compute split n ways, the cell's own waiting for data, the gradient all-reduce from "
-    "comm_bench's bus bandwidth minus what the backward hid (the `no_sync` probe), and DP's "
+    "cell's compute split n ways, the cell's own waiting for data, the collectives that keep the "
+    "ranks in step (DDP's gradient all-reduce; FSDP's parameter all-gathers, twice with full "
+    "sharding, and gradient reduce-scatter) from comm_bench's bus bandwidths minus what the step hid "
+    "(the probe: DDP's step under `no_sync`, FSDP's step on an unsharded replica), and DP's "
     "scatter, replicate and gather. Against the ideal epoch (one device's divided by n), the "
-    "measured losses add up to the measured epoch: extra data wait, the all-reduce the backward "
-    "left exposed (steps with it minus steps under `no_sync`), DP's transfers, per-device compute "
-    "beyond 1/n (the steps under `no_sync`), and the rest (optimizer steps, the loop's overhead)."
+    "measured losses add up to the measured epoch: extra data wait, the collectives the step left "
+    "exposed (steps with them minus steps without), DP's transfers, per-device compute beyond 1/n "
+    "(the steps without collectives), and the rest (optimizer steps, the loop's overhead)."
 )
 
 
@@ -341,11 +343,7 @@ def why_not_n(tables: Tables) -> str:
         return stats.interval_text(stats.value(r, "measured_speedup"), unit="x")
 
     def predicted(r) -> str:
-        return (
-            "n/a (FSDP's collectives are not modelled)"
-            if pd.isna(r["predicted_speedup"])
-            else (f"{r['predicted_speedup']:.2f}x")
-        )
+        return "n/a" if pd.isna(r["predicted_speedup"]) else f"{r['predicted_speedup']:.2f}x"
 
     def line(r) -> str:
         return (
@@ -373,17 +371,17 @@ def why_not_n(tables: Tables) -> str:
             ],
             "noise s": shown["noise_s"].map(na(significant)),
             "extra data wait s": [loss_text(v, n) for v, n in zip(shown["loss_data_s"], shown["noise_s"])],
-            "all-reduce s: model (exposed)": [
+            "collectives s: model (exposed)": [
                 f"{na(significant)(a)} ({loss_text(e, n)})"
-                for a, e, n in zip(shown["allreduce_s"], shown["loss_sync_s"], shown["noise_s"])
+                for a, e, n in zip(shown["sync_s"], shown["loss_sync_s"], shown["noise_s"])
             ],
-            "hidden by backward": shown["overlap"].map(na(percent)),
+            "hidden by the step": shown["overlap"].map(na(percent)),
             "DP transfers s": [loss_text(v, n) for v, n in zip(shown["loss_dp_s"], shown["noise_s"])],
             "per-device compute s": [loss_text(v, n) for v, n in zip(shown["loss_compute_s"], shown["noise_s"])],
             "rest s": [loss_text(v, n) for v, n in zip(shown["loss_other_s"], shown["noise_s"])],
         }
     )
-    sources = ", ".join(sorted(model["allreduce_source"].dropna().unique()))
+    sources = ", ".join(sorted(model["sync_source"].dropna().unique()))
     return (
         "\n".join(lines)
         + "\n\n"
@@ -391,9 +389,9 @@ def why_not_n(tables: Tables) -> str:
         + "\n\n"
         + NEGATIVE_NOTE
         + (
-            f"\n\nMeasured: the setting's speedup with its 95 % interval (as above). All-reduce times from: {sources} "
-            "(comm_bench: its bus bandwidth at the gradients' size; probe: an all-reduce of the gradients' bytes timed "
-            "in the cell)."
+            f"\n\nMeasured: the setting's speedup with its 95 % interval (as above). Collective times from: {sources} "
+            "(comm_bench: its bus bandwidth at the gradients' or a unit's size; probe: the cell's own collectives "
+            "timed alone)."
         )
     )
 

@@ -8,6 +8,7 @@
 - autocast bf16 and fp16: lenet and lenet_ext training steps under the project's Trainer, and
   what the extension's operators do under autocast (they are not cast: they run in float32);
 - CUDA memory accounting: dpstudy.engine.monitor's peaks are torch.cuda's and reset with reset_peaks.
+- an fsdp cell over NCCL (torchrun, resnet18) in fp32, bf16 and fp16.
 """
 
 from __future__ import annotations
@@ -391,3 +392,43 @@ def test_peak_memory_is_cuda_max_allocated_and_resets(device):
     after = peak_memory_mb([device])[0]
     assert after == torch.cuda.memory_allocated(device) / mib
     assert after <= peak - 64
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_fsdp_cell_over_nccl_trains_on_cuda(tmp_path, precision):
+    """An fsdp cell as the workflow runs it (torchrun, NCCL, a device mesh of every visible GPU up
+    to 2), resnet18 with BatchNorm: the MixedPrecisionPolicy path for bf16 and fp16 (GradScaler)."""
+    import json
+    import subprocess
+    import sys
+
+    from dpstudy.data import store
+    from dpstudy.record import fields as record
+
+    gpus = min(2, torch.cuda.device_count())
+    store.prepare("synthetic", tmp_path / "data", {"train_size": 2048, "test_size": 257})
+    spec = {
+        "dataset": "synthetic",
+        "model": "resnet18",
+        "mode": "fsdp",
+        "gpus": gpus,
+        "backend": "nccl",
+        "batch": 128,
+        "epochs": 2,
+        "lr": 0.02,
+        "precision": precision,
+        "device": "cuda",
+        "data_root": str(tmp_path / "data"),
+    }
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"]
+    argv = [*torchrun, "-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(tmp_path / "cell")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, _message(proc.stderr[-3000:])
+    rec = record.read(tmp_path / "cell/record.json")
+    assert rec["status"] == "ok", _message(rec["reason"])
+    assert rec["env"]["device"] == "cuda" and rec["env"]["world_size"] == gpus
+    first, last = rec["epochs"]
+    assert math.isfinite(last["train_loss"]) and last["train_loss"] < first["train_loss"], _message(
+        f"train loss {first['train_loss']:.3f} -> {last['train_loss']:.3f}"
+    )
+    assert last["test_acc"] * 257 == pytest.approx(round(last["test_acc"] * 257), abs=1e-6)  # each image once

@@ -34,20 +34,20 @@ def test_the_parts_and_the_prediction(tables):
     assert row["ideal_s"] == pytest.approx(3.0) and row["compute_s"] == pytest.approx(2.94)
     assert row["data_wait_s"] == pytest.approx(0.2)
     assert row["overlap"] == pytest.approx(0.5)  # 1 - (45 - 35 ms) / 20 ms
-    assert row["allreduce_source"] == "comm_bench"
-    assert row["allreduce_s"] == pytest.approx(94 * 0.004 * 0.5)
+    assert row["sync_source"] == "comm_bench"
+    assert row["sync_s"] == pytest.approx(94 * 0.004 * 0.5)
     assert row["predicted_s"] == pytest.approx(2.94 + 0.2 + 0.188)
     assert row["predicted_speedup"] == pytest.approx(6.0 / 3.328) and row["measured_speedup"] == pytest.approx(1.5)
     assert row["loss_data_s"] == pytest.approx(0.2 - 0.12 / 2)
     assert row["loss_sync_s"] == pytest.approx(94 * 0.010)  # 0.94 s exposed: more than the model's 0.188 s
     assert row["loss_compute_s"] == pytest.approx(94 * 0.035 - 2.94)  # 0.35 s
     assert row["loss_other_s"] == pytest.approx(4.0 - 3.0 - 0.14 - 0.94 - 0.35)
-    assert row["largest"] == "gradient all-reduce the backward did not hide"
+    assert row["largest"] == scaling.LOSSES["loss_sync_s"]
 
 
 def test_without_comm_bench_the_probe_times_the_all_reduce(tables):
     row = scaling.model(tables["cells"], tables["epochs"], None).iloc[0]
-    assert row["allreduce_source"] == "probe" and row["allreduce_s"] == pytest.approx(94 * 0.020 * 0.5)
+    assert row["sync_source"] == "probe" and row["sync_s"] == pytest.approx(94 * 0.020 * 0.5)
     assert row["predicted_speedup"] == pytest.approx(6.0 / (2.94 + 0.2 + 0.94))
 
 
@@ -59,7 +59,7 @@ def test_without_a_probe_the_all_reduce_is_unknown_and_the_rest_holds_it(tmp_pat
     ]
     tables = collect.collect(write_records(tmp_path, records), CURRENT)
     row = scaling.model(tables["cells"], tables["epochs"], COMM).iloc[0]
-    assert row["allreduce_source"] == "none" and math.isnan(row["loss_sync_s"]) and math.isnan(row["overlap"])
+    assert row["sync_source"] == "none" and math.isnan(row["loss_sync_s"]) and math.isnan(row["overlap"])
     assert row["loss_other_s"] == pytest.approx(4.0 - 3.0 - 0.14) and row["largest"].startswith("everything else")
 
 
@@ -106,3 +106,58 @@ def test_the_model_per_setting_is_a_table_with_fixed_columns(tmp_path):
     assert row["largest_s"] == pytest.approx(row[next(k for k, v in scaling.LOSSES.items() if v == row["largest"])])
     empty = scaling.settings_model(model.iloc[:0], settings)
     assert empty.empty and list(empty.columns) == list(scaling.SETTING_MODEL_COLUMNS)
+
+
+FSDP_PROBE = {
+    "steps": 8,
+    "sync_step_s": 0.050,
+    "nosync_step_s": 0.035,  # the step on an unsharded replica: 15 ms exposed
+    "allgather_s": 0.006,  # one all-gather of every unit
+    "reduce_scatter_s": 0.008,
+    "gather_bytes": 200_000,
+    "grad_bytes": 400_000,
+    "units": 4,
+}
+# gloo on CPU, 2 processes, at every size: all-gather 0.05 GB/s, reduce-scatter 0.1 GB/s bus bandwidth
+COLLECTIVES = pd.DataFrame(
+    {
+        "collective": ["all_gather"] * 2 + ["reduce_scatter"] * 2,
+        "backend": "gloo",
+        "device": "cpu",
+        "world_size": 2,
+        "bytes": [4096, 4 << 20] * 2,
+        "busbw_gbps": [0.05, 0.05, 0.1, 0.1],
+        "reason": None,
+    }
+)
+
+
+@pytest.mark.parametrize(
+    "shard, t_sync, overlap",
+    [
+        # full: two all-gathers of 2e5 B x (2-1)/2 at 5e7 B/s (2 ms each) + a reduce-scatter of 4e5 B x 1/2
+        # at 1e8 B/s (2 ms); the probe's collectives: 2 x 6 + 8 = 20 ms, of which 15 ms exposed
+        ("full", 0.006, 0.25),
+        # grad_op: one all-gather: 4 ms; the probe's 6 + 8 = 14 ms, all exposed (15 ms: overlap clipped to 0)
+        ("grad_op", 0.004, 0.0),
+    ],
+)
+def test_fsdp_terms_are_its_all_gathers_and_reduce_scatter(tmp_path, shard, t_sync, overlap):
+    records = [
+        make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
+        make_record(
+            mode="fsdp", shard=shard, gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=FSDP_PROBE
+        ),
+    ]
+    tables = collect.collect(write_records(tmp_path, records), CURRENT)
+    row = scaling.model(tables["cells"], tables["epochs"], COLLECTIVES).iloc[0]
+    assert row["mode"] == "fsdp" and row["shard"] == shard and row["steps"] == 94
+    assert row["sync_source"] == "comm_bench" and row["overlap"] == pytest.approx(overlap)
+    assert row["sync_s"] == pytest.approx(94 * t_sync * (1 - overlap))
+    assert row["predicted_s"] == pytest.approx(2.94 + 0.2 + 94 * t_sync * (1 - overlap))
+    assert row["loss_sync_s"] == pytest.approx(94 * 0.015)
+    assert row["loss_compute_s"] == pytest.approx(94 * 0.035 - 2.94)
+    # without comm_bench's collectives, the probe's own: 20 ms (full) or 14 ms (grad_op) per step
+    row = scaling.model(tables["cells"], tables["epochs"], COMM).iloc[0]
+    probed = 0.020 if shard == "full" else 0.014
+    assert row["sync_source"] == "probe" and row["sync_s"] == pytest.approx(94 * probed * (1 - overlap))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
+from dpstudy import models
 from dpstudy.data import store as data
 from dpstudy.record import fields as record
 
@@ -143,6 +144,10 @@ def test_fsdp_over_gloo_trains_what_ddp_trains(parity_runs):
     assert abs(acc - ddp["summary"]["final_test_acc"]) <= 0.01
     assert abs(acc - single["summary"]["final_test_acc"]) <= 0.01
     # grad_op keeps the gathered parameters from forward to backward: when, not what, is computed
+    # the probe of the scaling model: LeNet's five layers are the units, the root holds nothing
+    probe, params = fsdp["probe"], models.cost("lenet", 1, 28)["params"]
+    assert probe["units"] == 5 and probe["gather_bytes"] == probe["grad_bytes"] == 4 * params
+    assert all(probe[k] > 0 for k in ("sync_step_s", "nosync_step_s", "allgather_s", "reduce_scatter_s"))
     grad_op = parity_runs["fsdp_grad_op"]
     assert grad_op["status"] == "ok" and grad_op["cell"] == "synthetic-lenet-fsdp-g2-b64-gloo"
     assert grad_op["epochs"][0]["train_loss"] == pytest.approx(fsdp["epochs"][0]["train_loss"], rel=1e-6)

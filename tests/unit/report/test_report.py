@@ -156,15 +156,15 @@ def test_the_model_names_the_largest_loss(tmp_path):
     text = findings.why_not_n(tables)  # see test_scaling: 0.94 s of all-reduce, half hidden by the backward
     assert (
         "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, model 1.47x of an ideal 2x. "
-        "Largest loss: **gradient all-reduce the backward did not hide** (0.940 s of a 4.00 s epoch whose ideal "
-        "is 3.00 s)."
+        "Largest loss: **collectives (all-reduce, all-gather, reduce-scatter) the step did not hide** "
+        "(0.940 s of a 4.00 s epoch whose ideal is 3.00 s)."
     ) in text
     # 4.00 s = 3.00 ideal + 0.14 data + 0.94 all-reduce + 0.35 per-device compute - 0.43 rest
     assert (
         "| synthetic/lenet, DDP (gloo) on 2 devices at batch 64 | 1.50x | 1.47x | 4.00 (3.00) | n/a | 0.140 | "
         "0.940 (0.940) | 50 % | n/a | 0.350 | -0.430 (noise unknown: one run) |"
     ) in text
-    assert "All-reduce times from: probe" in text
+    assert "Collective times from: probe" in text
     assert findings.why_not_n(tables_of(tmp_path / "none", [make_record(mode="single")])).startswith(
         "*Not measured in this study:*"
     )
