@@ -21,7 +21,7 @@ from dpstudy.analysis import comparisons, pivots, scaling, stats, summary
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
 from dpstudy.record import fields as record
-from dpstudy.record.fields import EPOCH_FIELDS, SUMMARY_FIELDS
+from dpstudy.record.fields import EPOCH_FIELDS, OPTIONAL_SUMMARY_FIELDS, SUMMARY_FIELDS
 from dpstudy.study.outputs import STALE_FILE, TABLES
 from dpstudy.study.spec import devices as spec_devices
 from dpstudy.util.atomic import write_csv, write_text
@@ -64,6 +64,7 @@ CELL_COLUMNS = (
     "status",
     "reason",
     *SUMMARY_FIELDS,
+    *OPTIONAL_SUMMARY_FIELDS,
     "devices",
     "world_size",
     "env_device",
@@ -198,7 +199,7 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
     return {
         **cell_settings(rec),
         "reason": rec["reason"],
-        **{k: summary.get(k) for k in SUMMARY_FIELDS},
+        **{k: summary.get(k) for k in (*SUMMARY_FIELDS, *OPTIONAL_SUMMARY_FIELDS)},
         "epochs_done": len(epochs),
         "epochs_s": epochs_s,
         "overhead_s": total_s - epochs_s if total_s is not None and epochs_s is not None else None,

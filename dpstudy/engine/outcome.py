@@ -46,8 +46,8 @@ def steady_throughput(epochs: list[dict]) -> float:
     samples, seconds = sum(e.get("steady_samples", 0) for e in epochs), sum(e.get("steady_s", 0.0) for e in epochs)
     if samples > 0 and seconds > 0:
         return samples / seconds
-    steady = epochs[1:] or epochs
-    return sum(e["samples"] for e in steady) / sum(e["wall_s"] for e in steady)
+    steady = epochs[1:] or epochs  # compile: true: its compiling steps' time left out here too
+    return sum(e["samples"] for e in steady) / sum(e["wall_s"] - e.get("compile_s", 0.0) for e in steady)
 
 
 class Outcome:
@@ -84,6 +84,8 @@ class Outcome:
             summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
             summary["samples_per_s"] = steady_throughput(self.epochs)
             summary["final_test_acc"] = self.epochs[-1]["test_acc"]
+        if self.spec.get("compile"):  # the steps and evaluation batches that compiled, never in samples_per_s
+            summary["compile_s"] = sum(e.get("compile_s", 0.0) + e.get("eval_compile_s", 0.0) for e in self.epochs)
         nodes = self.spec["nodes"]
         env = self.env if self.env is not None else fallback_environment(processes_per_node(self.spec) * nodes, nodes)
         return record.make(self.cell, status, reason, self.spec, env, self.epochs, summary, self.util, self.probe)

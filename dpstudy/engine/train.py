@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from dpstudy import models
 from dpstudy.data import store as data
 from dpstudy.engine import probe
+from dpstudy.engine.compiling import compile_after_wrap, compile_before_wrap, compiler_errors, timed_compile
 from dpstudy.engine.loaders import make_loader
 from dpstudy.engine.monitor import HostLoad, UtilSampler, peak_memory_mb, reset_peaks
 from dpstudy.engine.outcome import Outcome
@@ -29,8 +30,13 @@ class Trainer:
         self.spec, self.par, self.log = spec, par, log
         self.train_data, self.test_data = train_data, test_data
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])
+        self.compiled = bool(spec.get("compile", False))
+        if self.compiled:
+            model = compile_before_wrap(model, par)
         # FSDP casts through its mixed-precision policy; the other modes through autocast
         self.model = par.wrap(model, self.amp_dtype if par.mode == "fsdp" else None)
+        if self.compiled:
+            self.model = compile_after_wrap(self.model, par)
         params = self.model.parameters()
         lr = specs.scaled_lr(spec)
         self.optimizer = (
@@ -53,10 +59,11 @@ class Trainer:
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            logits = self.model(x)
-            loss = F.cross_entropy(logits.float(), y)  # FSDP's bf16/fp16 logits: the loss in fp32
-        self.scaler.scale(loss).backward()
+        with compiler_errors(self.compiled):  # forward and backward both compile lazily
+            with self.autocast():
+                logits = self.model(x)
+                loss = F.cross_entropy(logits.float(), y)  # FSDP's bf16/fp16 logits: the loss in fp32
+            self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach() * len(y), (logits.argmax(1) == y).sum()
@@ -67,6 +74,7 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.par.device)
         correct = torch.zeros((), dtype=torch.int64, device=self.par.device)
         data_wait, steps, samples = 0.0, 0, 0
+        compile_s, uncounted_s, uncounted_samples = 0.0, 0.0, 0  # steps that compiled (see timed_compile)
         self.par.synchronize()
         load_start = self.host.mark()
         start = time.perf_counter()
@@ -83,7 +91,12 @@ class Trainer:
             if self.sample is None:
                 self.sample = x[:1]
             self.fault(epoch, steps)
-            batch_loss, batch_correct = self.step(x, y)
+            with timed_compile(self.compiled, self.par) as compiling:
+                batch_loss, batch_correct = self.step(x, y)
+            if compiling.seconds:  # a (re)compile, e.g. the epoch's smaller last batch: out of the steady window
+                compile_s += compiling.seconds
+                if steady_start is not None:
+                    uncounted_s, uncounted_samples = uncounted_s + compiling.seconds, uncounted_samples + len(y)
             loss_sum += batch_loss  # device-side sums: no host sync inside the epoch
             correct += batch_correct
             samples += len(y)
@@ -95,17 +108,19 @@ class Trainer:
         end = time.perf_counter()
         machine, own = HostLoad.cores(load_start, self.host.mark())
         wall = end - start
-        steady_s = end - steady_start if steady_start is not None else 0.0
+        steady_s = end - steady_start - uncounted_s if steady_start is not None else 0.0
         counts = [
             float(samples),
-            float(samples - steady_from if steady_start is not None else 0),
+            float(samples - steady_from - uncounted_samples if steady_start is not None else 0),
             machine / self.par.local_world_size,
             own,
         ]  # summed over ranks: per node, then ours
         totals = torch.tensor([0.0, 0.0, *counts], dtype=torch.float64, device=loss_sum.device)
         totals[0], totals[1] = loss_sum, correct.double()
         loss_sum, correct, samples, steady_samples, machine, own = self.par.all_reduce_sum(self.comm(totals)).tolist()
+        compiled = {"compile_s": compile_s} if self.compiled else {}
         return {
+            **compiled,
             "train_loss": loss_sum / samples,
             "train_acc": correct / samples,
             "wall_s": wall,
@@ -122,10 +137,10 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict:
         """The whole test set exactly once: ranks take disjoint shards, sums are all-reduced."""
+        # compiled ddp (compile_after_wrap) evaluates its plain module: DDP's forward is not for evaluation
+        wrapped = getattr(self.model, "_orig_mod", self.model) if self.par.mode == "ddp" else self.model
         module = (
-            self.model.module
-            if isinstance(self.model, (nn.DataParallel, nn.parallel.DistributedDataParallel))
-            else self.model
+            wrapped.module if isinstance(wrapped, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else wrapped
         )
         self.par.sync_buffers(module)
         model = self.model if self.par.mode == "dp" else module
@@ -134,9 +149,11 @@ class Trainer:
         self.par.synchronize()
         start = time.perf_counter()
         missing = self.par.missing_forwards(len(self.test_data))
+        compile_s = 0.0
         for x, y in self.test_data:
-            with self.autocast():
-                logits = model(x)
+            with timed_compile(self.compiled, self.par) as compiling, compiler_errors(self.compiled), self.autocast():
+                logits = model(x)  # eval mode: graphs of its own, compiled here (inside eval_s)
+            compile_s += compiling.seconds
             loss = F.cross_entropy(logits.float(), y, reduction="sum")
             totals += torch.stack(
                 [
@@ -150,7 +167,8 @@ class Trainer:
         self.par.synchronize()
         seconds = time.perf_counter() - start
         loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
-        return {"test_loss": loss_sum / samples, "test_acc": correct / samples, "eval_s": seconds}
+        compiled = {"eval_compile_s": compile_s} if self.compiled else {}
+        return {"test_loss": loss_sum / samples, "test_acc": correct / samples, "eval_s": seconds, **compiled}
 
     def comm(self, t: torch.Tensor) -> torch.Tensor:
         return t.to(self.par.comm_device())

@@ -40,6 +40,10 @@ STEADY_FIELDS = {
     "steady_s": _number,  # wall time of the epoch's steady steps (0 while still warming up)
     "steady_samples": {"type": "integer"},  # their samples, all ranks together
     "other_load": _number,  # cores the rest of the machine used during the epoch (dpstudy.engine.monitor.HostLoad)
+    # compile: true only: wall time of the epoch's training steps (left out of steady_s and
+    # steady_samples) and of its evaluation batches that compiled a graph
+    "compile_s": _number,
+    "eval_compile_s": _number,
 }
 
 SUMMARY_FIELDS = {
@@ -48,6 +52,11 @@ SUMMARY_FIELDS = {
     "samples_per_s": _maybe_number,  # over the steady window (see outcome.steady_throughput)
     "startup_s": _maybe_number,  # process start to the first epoch
     "total_s": _maybe_number,  # process start to the record
+}
+
+# Optional summary fields: records of cells without them (and records made before) have none.
+OPTIONAL_SUMMARY_FIELDS = {
+    "compile_s": _maybe_number,  # compile: true: wall time of the training steps and evaluation batches that compiled
 }
 
 RECORD_SCHEMA = {
@@ -72,7 +81,11 @@ RECORD_SCHEMA = {
                 "properties": {**EPOCH_FIELDS, **STEADY_FIELDS},
             },
         },
-        "summary": {"type": "object", "required": list(SUMMARY_FIELDS), "properties": SUMMARY_FIELDS},
+        "summary": {
+            "type": "object",
+            "required": list(SUMMARY_FIELDS),
+            "properties": {**SUMMARY_FIELDS, **OPTIONAL_SUMMARY_FIELDS},
+        },
         "util": {"type": ["object", "null"]},
         # optional: the parts of a step for the scaling model (dpstudy.engine.probe), DDP and DP only
         "probe": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},

@@ -4,18 +4,15 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from helpers import REPO
+from helpers.engine import TORCHRUN, train
 
 from dpstudy import models
 from dpstudy.data import store as data
 from dpstudy.record import fields as record
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +20,6 @@ def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     data.prepare("synthetic", root, {"train_size": 4000, "test_size": 1000})
     return root
-
-
-def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):
-    launcher = TORCHRUN + [f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
-    cmd = launcher + ["-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
-    started = time.time()
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO
-    )
-    proc.seconds = time.time() - started
-    return proc
 
 
 def spec_for(data_root, **settings):

@@ -1,0 +1,82 @@
+"""After training: one training step's peak memory on each device, split by what holds it.
+
+PyTorch's own trackers count tensors as they are created (a TorchDispatchMode), so they work on
+the CPU, where there is no allocator to ask, as on CUDA, and under FakeTensorMode for a prediction:
+`MemTracker` (single, dp, ddp) and `FSDPMemTracker` (fsdp), both from torch.distributed._tools.
+Their categories fold into four parts:
+
+  params       parameters and buffers (FSDP: this rank's shards, and the unsharded parameters
+               that all-gathers create for forward and backward)
+  grads        gradients (FSDP: the unsharded gradients and the reduce-scatter's input, then the
+               sharded ones)
+  optimizer    optimizer state (momentum, Adam's moments)
+  activations  what forward keeps for backward, backward's temporaries and the step's inputs
+
+The split is the one at the step's peak (their sum is that peak). Tensors that exist before the
+step and are neither the model's, the optimizer's nor created by it (the dataset a `device` loader
+keeps resident, DDP's gradient buckets) are not counted: peak_mem_mb, the allocator's peak, holds
+them too. The step is one more training step after the last evaluation, so the record's numbers
+do not change.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PARTS = {
+    "params": ("PARAM", "BUFFER", "SHARDED_PARAM", "UNSHARDED_PARAM", "ALL_GATHER"),
+    "grads": ("GRAD", "SHARDED_GRAD", "UNSHARDED_GRAD", "REDUCE_SCATTER"),
+    "optimizer": ("OPT",),
+    "activations": ("ACT", "TEMP", "INP", "OTH"),
+}
+MB = 2**20
+
+
+def tracker_for(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    """The tracker that knows this model's parallelism, already following model and optimizer."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+        return FSDPMemTracker(model, optimizer)
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    return tracker
+
+
+def split(snapshot: dict) -> dict[str, float]:
+    """A tracker's per-device snapshot ({category: bytes, 'Total': bytes}) as the four parts in MB."""
+    by_name = {getattr(key, "name", key): value for key, value in snapshot.items()}
+    unknown = set(by_name) - {"Total", *(c for names in PARTS.values() for c in names)}
+    if unknown:  # a category of a newer torch: fold it into activations rather than lose it
+        by_name["OTH"] = by_name.get("OTH", 0) + sum(by_name[c] for c in unknown)
+    parts = {part: sum(by_name.get(c, 0) for c in names) / MB for part, names in PARTS.items()}
+    return {**parts, "peak": by_name["Total"] / MB}
+
+
+def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step) -> dict[torch.device, dict]:
+    """{device: the four parts and the peak (MB)} of `step()`, one training step."""
+    tracker = tracker_for(model, optimizer)
+    with tracker:
+        step()
+    peaks = tracker.get_tracker_snapshot("peak")
+    return {device: split(snapshot) for device, snapshot in peaks.items() if snapshot.get("Total", 0) > 0}
+
+
+def measure(trainer) -> dict[str, list[float]]:
+    """Every rank's split of one training step, gathered in rank order (see the docstring):
+    {"params_mb": [...], "grads_mb": [...], "optimizer_mb": [...], "activations_mb": [...],
+    "peak_mb": [...]}, one value per device (DP: each of its GPUs)."""
+    par = trainer.par
+    x, y = next(iter(trainer.train_data))
+    trainer.model.train()
+    per_device = tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y))
+    devices = par.devices() or [None]  # None: the CPU
+    mine = [per_device.get(torch.device("cuda", d) if d is not None else torch.device("cpu")) for d in devices]
+    keys = [*PARTS, "peak"]
+    values = [part[k] if part else float("nan") for part in mine for k in keys]
+    gathered = par.all_gather_floats(values)
+    return {f"{k}_mb": gathered[i :: len(keys)] for i, k in enumerate(keys)}

@@ -1,0 +1,27 @@
+"""One cell through the engine's own entry point, as a job runs it: `python -m dpstudy.engine`, or
+torchrun with `nproc` processes (Gloo on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers import REPO
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+
+
+def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):
+    """The finished process (`.seconds`: its wall time); the record is out/record.json."""
+    launcher = TORCHRUN + [f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
+    cmd = launcher + ["-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
+    started = time.time()
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO
+    )
+    proc.seconds = time.time() - started
+    return proc
