@@ -12,6 +12,8 @@ rule collect:
         records=RECORDS,
         # the all-reduce bandwidth of the scaling model, when the study measures it
         comm=[path for path in BENCH_FILES if path == outputs.bench_csv("comm")],
+        # every cell's predicted memory, beside what the records measured
+        plan=outputs.MEMORY_PLAN,
         # The collect script and everything it imports, the training code included (collect
         # flags the cells made with older training code): editing training code reruns no
         # cell, but the tables and the report are redone.
@@ -26,7 +28,7 @@ rule collect:
         comm=lambda wildcards, input: ["--comm", *input.comm] if input.comm else [],
     shell:
         f"python scripts/collect.py --records {{input.records:q}} --out-dir {outputs.TABLES_DIR}"
-        " {params.comm:q} > {log:q} 2>&1"
+        " {params.comm:q} --memory-plan {input.plan:q} > {log:q} 2>&1"
 
 
 rule figures:
@@ -50,6 +52,7 @@ rule figures:
 # profile: submitting them would cost more than running them.
 localrules:
     collect,
+    memory_plan,
     figures,
     study_config,
     report,

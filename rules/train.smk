@@ -7,6 +7,8 @@ rule train:
         # ancient: re-preparing a dataset or rebuilding the extension does not rerun the grid.
         data=lambda wc: ancient(cell_dataset(wc)),
         ext=lambda wc: [ancient(path) for path in cell_ext(wc)],
+        # Made before any training; ancient: a new prediction reruns no cell.
+        plan=ancient(outputs.MEMORY_PLAN),
     output:
         outputs.record_path("{cell}"),
     log:
@@ -42,3 +44,28 @@ rule train:
         "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
         f" --out {outputs.CELLS_DIR}/{{wildcards.cell}} --log {{log:q}} --gpus {{resources.node_gpus}}"
         " --cores {resources.node_cores} --attempt {resources.attempt}"
+        " --memory-plan {input.plan:q}"
+
+
+# Every cell's peak memory per device, predicted where Snakemake plans (fake tensors, no GPU),
+# and the cells predicted not to fit the study's memory_budget_gib.
+rule memory_plan:
+    input:
+        study=outputs.STUDY_YAML,
+        code=code_files("scripts/memory_plan.py"),
+    output:
+        outputs.MEMORY_PLAN,
+    log:
+        f"{outputs.LOGS_DIR}/memory_plan.log",
+    conda:
+        "../envs/train.yaml"
+    params:
+        # in the plan, not in the train jobs: a new budget reruns no cell that already ran
+        budget=(
+            f"--budget-gib {STUDY['memory_budget_gib']}"
+            if STUDY["memory_budget_gib"]
+            else ""
+        ),
+    shell:
+        "python scripts/memory_plan.py --study {input.study:q} --out {output:q} {params.budget}"
+        " > {log:q} 2>&1"

@@ -1,8 +1,8 @@
 """Collect record.json files into results/tables: one CSV per name in dpstudy.analysis.collect.TABLES
-(cells, epochs, ranks, util; settings, scaling and the tables of every number the report states:
-scaling_settings, comparisons, summary, data_wait, memory, util_means, varied, pivot) and stale.txt.
+(cells, epochs, ranks, util, memory_split; settings, scaling and the tables of every number the report states:
+scaling_settings, comparisons, summary, data_wait, memory, memory_accuracy, util_means, varied, pivot) and stale.txt.
 
-    python scripts/collect.py --records R1 R2 ... --out-dir results/tables
+    python scripts/collect.py --records R1 R2 ... --out-dir results/tables [--comm comm.csv] [--memory-plan memory.csv]
     python scripts/collect.py --records-from record_list.txt --out-dir results/tables
 """
 
@@ -24,6 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records-from", type=Path, help="a file listing record paths, one per line")
     parser.add_argument("--out-dir", type=Path, required=True, help="folder of the tables")
     parser.add_argument("--comm", type=Path, help="comm_bench's comm.csv, for the scaling model (optional)")
+    parser.add_argument("--memory-plan", type=Path, help="the memory plan CSV, predicted beside measured (optional)")
     return parser.parse_args(argv)
 
 
@@ -35,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         sys.exit("error: no records given (--records or --records-from)")
     try:
-        tables = collect.collect(paths, code_version())
+        plan = pd.read_csv(args.memory_plan) if args.memory_plan and args.memory_plan.is_file() else None
+        tables = collect.collect(paths, code_version(), plan)
     except collect.RecordError as e:
         sys.exit(f"error: {e}")
     comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None

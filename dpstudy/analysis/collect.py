@@ -17,7 +17,7 @@ import fastjsonschema
 import pandas as pd
 from jsonschema import ValidationError
 
-from dpstudy.analysis import comparisons, pivots, scaling, stats, summary
+from dpstudy.analysis import comparisons, memory, pivots, scaling, stats, summary
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
 from dpstudy.record import fields as record
@@ -273,18 +273,23 @@ def util_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(UTIL_COLUMNS)).sort_values(["cell", "device", "t"], ignore_index=True)
 
 
-def collect(record_paths: Iterable[str | Path], current_code_version: dict[str, Any]) -> dict[str, pd.DataFrame]:
-    """{"cells", "epochs", "ranks", "util"} tables from the records at `record_paths`.
+def collect(
+    record_paths: Iterable[str | Path], current_code_version: dict[str, Any], plan: pd.DataFrame | None = None
+) -> dict[str, pd.DataFrame]:
+    """{"cells", "epochs", "ranks", "util", "memory_split"} tables from the records at
+    `record_paths`; `plan` is the memory plan (dpstudy.jobs.memory_plan) or None.
 
     A cell is stale when its record's code_version.source_hash differs from
     `current_code_version["source_hash"]` (see dpstudy.record.provenance.code_version).
     """
     records = read_records(record_paths)
+    cells = cells_table(records, current_code_version.get("source_hash"))
     return {
-        "cells": cells_table(records, current_code_version.get("source_hash")),
+        "cells": cells,
         "epochs": epochs_table(records),
         "ranks": ranks_table(records),
         "util": util_table(records),
+        "memory_split": memory.split_table(memory.measured_rows(records), plan, cells),
     }
 
 
@@ -293,7 +298,8 @@ def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None)
     "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
     table or None) and "scaling_settings" (the model per setting); "comparisons" (settings against
     settings, dpstudy.analysis.comparisons); "summary", "data_wait", "memory" and "util_means"
-    (dpstudy.analysis.summary); "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots)."""
+    (dpstudy.analysis.summary); "memory_accuracy" (dpstudy.analysis.memory); "varied" and
+    "pivot" (the overview's numbers, dpstudy.analysis.pivots)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
@@ -306,6 +312,7 @@ def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None)
         "summary": summary.summary_table(cells, settings),
         "data_wait": summary.wait_table(cells, epochs),
         "memory": summary.memory_table(cells),
+        "memory_accuracy": memory.accuracy_table(tables["memory_split"]),
         "util_means": summary.util_means(tables["util"]),
         **pivots.overview_tables(settings),
     }

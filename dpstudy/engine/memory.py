@@ -21,6 +21,8 @@ do not change.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 PARTS = {
@@ -67,7 +69,8 @@ def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step)
 
 
 def measure(trainer) -> dict[str, list[float]]:
-    """Every rank's split of one training step, gathered in rank order (see the docstring):
+    """Every rank's split of one training step, gathered in rank order (see the docstring); a
+    device the tracker saw nothing on is None:
     {"params_mb": [...], "grads_mb": [...], "optimizer_mb": [...], "activations_mb": [...],
     "peak_mb": [...]}, one value per device (DP: each of its GPUs)."""
     par = trainer.par
@@ -78,5 +81,5 @@ def measure(trainer) -> dict[str, list[float]]:
     mine = [per_device.get(torch.device("cuda", d) if d is not None else torch.device("cpu")) for d in devices]
     keys = [*PARTS, "peak"]
     values = [part[k] if part else float("nan") for part in mine for k in keys]
-    gathered = par.all_gather_floats(values)
+    gathered = [None if math.isnan(v) else v for v in par.all_gather_floats(values)]  # None: JSON's null
     return {f"{k}_mb": gathered[i :: len(keys)] for i, k in enumerate(keys)}

@@ -60,6 +60,7 @@ class Outcome:
         self.epochs: list[dict] = []
         self.util: dict | None = None
         self.probe: dict | None = None
+        self.memory: dict | None = None
         self.startup_s: float | None = None
         self._lock = threading.Lock()
         self._done = False
@@ -88,7 +89,9 @@ class Outcome:
             summary["compile_s"] = sum(e.get("compile_s", 0.0) + e.get("eval_compile_s", 0.0) for e in self.epochs)
         nodes = self.spec["nodes"]
         env = self.env if self.env is not None else fallback_environment(processes_per_node(self.spec) * nodes, nodes)
-        return record.make(self.cell, status, reason, self.spec, env, self.epochs, summary, self.util, self.probe)
+        return record.make(
+            self.cell, status, reason, self.spec, env, self.epochs, summary, self.util, self.probe, self.memory
+        )
 
     # ---- faults ----------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ class Parallel:
     local_rank: int = 0
     local_world_size: int = 1
     initialized: bool = field(default=False, repr=False)
+    mesh: object = field(default=None, repr=False)  # fsdp: the world's device mesh, made once
 
     @property
     def is_main(self) -> bool:
@@ -85,10 +86,9 @@ class Parallel:
         return model
 
     def fully_shard(self, model: nn.Module, compute_dtype: torch.dtype | None) -> nn.Module:
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        mesh = self.device_mesh()
         policy = MixedPrecisionPolicy(
             param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype is not None else None
         )
@@ -105,6 +105,15 @@ class Parallel:
         # after forward, as backward needs it first.
         fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
         return model
+
+    def device_mesh(self):
+        """The world's one-dimensional device mesh, made once (a memory prediction makes it before
+        it enters FakeTensorMode, where a mesh cannot be made)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        if self.mesh is None:
+            self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+        return self.mesh
 
     def missing_forwards(self, batches: int) -> int:
         """How many extra forward passes this rank must make, after its `batches`, to make as many

@@ -24,6 +24,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 STEPS = 8
+# A step that takes long varies little relative to its length: a variant stops adding steps once
+# they would take more than PROBE_S (at least MIN_STEPS), so slow models on CPU do not spend
+# longer probing than training.
+PROBE_S = 2.0
+MIN_STEPS = 3
 
 
 def measure(trainer, steps: int = STEPS) -> dict | None:
@@ -40,6 +45,21 @@ def measure(trainer, steps: int = STEPS) -> dict | None:
 def batches(trainer, count: int) -> list:
     trainer.train_data.set_epoch(trainer.spec["epochs"] + 1)
     return list(itertools.islice(iter(trainer.train_data), count))
+
+
+def affordable_steps(trainer, warm_up_s: float, steps: int) -> int:
+    """`steps`, or fewer when the slowest rank's warm-up step says they would pass PROBE_S (the
+    same number on every rank: each step is collective)."""
+    slowest = max(trainer.par.all_gather_floats([warm_up_s]))
+    return max(MIN_STEPS, min(steps, math.ceil(PROBE_S / slowest))) if slowest > 0 else steps
+
+
+def timed_once(trainer, work) -> float:
+    trainer.par.synchronize()
+    start = time.perf_counter()
+    work()
+    trainer.par.synchronize()
+    return time.perf_counter() - start
 
 
 def per_step(trainer, work, steps: int) -> float:
@@ -70,9 +90,11 @@ def ddp_overlap(trainer, steps: int) -> dict:
 
     params = [p for p in model.parameters() if p.requires_grad]
     flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=params[0].device)
-    for work in (step(True), step(False), lambda: dist.all_reduce(flat)):  # warm-up
+    warm_up_s = timed_once(trainer, step(True))
+    for work in (step(False), lambda: dist.all_reduce(flat)):  # warm-up
         work()
     dist.barrier()
+    steps = affordable_steps(trainer, warm_up_s, steps)
     sync = per_step(trainer, step(True), steps)
     nosync = per_step(trainer, step(False), steps)
     dist.barrier()
@@ -141,9 +163,11 @@ def fsdp_overlap(trainer, steps: int) -> dict:
 
     sharded = step(model, contextlib.nullcontext)
     compute = step(replica, lambda: torch.autocast(par.device.type, dtype=amp) if amp else contextlib.nullcontext())
-    for work in (sharded, compute, all_gather, reduce_scatter):  # warm-up
+    warm_up_s = timed_once(trainer, sharded)
+    for work in (compute, all_gather, reduce_scatter):  # warm-up
         work()
     dist.barrier()
+    steps = affordable_steps(trainer, warm_up_s, steps)
     times = [per_step(trainer, work, steps) for work in (sharded, compute, all_gather, reduce_scatter)]
     slowest = par.all_gather_floats(times)
     del replica

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from dpstudy import models
 from dpstudy.data import store as data
-from dpstudy.engine import probe
+from dpstudy.engine import memory, probe
 from dpstudy.engine.compiling import compile_after_wrap, compile_before_wrap, compiler_errors, timed_compile
 from dpstudy.engine.loaders import make_loader
 from dpstudy.engine.monitor import HostLoad, UtilSampler, peak_memory_mb, reset_peaks
@@ -302,6 +302,7 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         trainer.run(outcome.epochs.append)
         outcome.util = sampler.stop()
         outcome.probe = probe.measure(trainer)
+        outcome.memory = memory.measure(trainer)
         if par.is_main:
             outcome.write("ok")
         par.close()

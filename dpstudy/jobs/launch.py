@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO
 
 from dpstudy.jobs import gpus as gpu_pool
-from dpstudy.jobs import slurm
+from dpstudy.jobs import memory_plan, slurm
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
@@ -145,6 +145,10 @@ class Launcher:
         gap = hardware_gap(self.spec, 0) if self.args.gpus == 0 else None
         if gap:  # the cell will see no GPU (gpu_pool.job_environment): no need to start torch to know
             self.write_record("skipped", gap)
+            return 0
+        too_big = memory_plan.skip_reason(self.args.memory_plan, self.args.cell) if self.args.memory_plan else None
+        if too_big:  # predicted not to fit the study's memory_budget_gib
+            self.write_record("skipped", too_big)
             return 0
         job = slurm.job_id()
         allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
@@ -260,6 +264,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, required=True, help="GPUs the job reserved per node (0: none)")
     parser.add_argument("--cores", type=int, required=True, help="CPU cores of the cell per node")
     parser.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt number (retries)")
+    parser.add_argument("--memory-plan", help="the memory plan CSV (dpstudy.jobs.memory_plan)")
+    parser.add_argument(
+        "--memory-budget-gib",
+        type=float,
+        help="skip the cell when the plan predicts more per device (study memory_budget_gib)",
+    )
     return parser.parse_args(argv)
 
 

@@ -31,6 +31,7 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("vgg19", "dpstudy.models.vgg:VGG19", "001"),
         ModelInfo("resnet18", "dpstudy.models.resnet:ResNet18", "003"),
         ModelInfo("simplecnn", "dpstudy.models.simplecnn:SimpleCNN", "004 Q2"),
+        ModelInfo("vit", "dpstudy.models.vit:ViT", "issue 16"),
     )
 }
 

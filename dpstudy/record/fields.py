@@ -59,6 +59,9 @@ OPTIONAL_SUMMARY_FIELDS = {
     "compile_s": _maybe_number,  # compile: true: wall time of the training steps and evaluation batches that compiled
 }
 
+# The split of a step's peak (dpstudy.engine.memory), in MB; their sum is peak_mb.
+MEMORY_PARTS = ("params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb")
+
 RECORD_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -89,6 +92,14 @@ RECORD_SCHEMA = {
         "util": {"type": ["object", "null"]},
         # optional: the parts of a step for the scaling model (dpstudy.engine.probe), DDP and DP only
         "probe": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},
+        # optional: one training step's peak memory per device split by what holds it
+        # (dpstudy.engine.memory), a list per part in rank order (DP: per GPU); ok cells only
+        "memory": {
+            "type": ["object", "null"],
+            "required": list(MEMORY_PARTS),
+            "additionalProperties": False,
+            "properties": {part: {"type": "array", "items": _maybe_number} for part in MEMORY_PARTS},
+        },
     },
 }
 
@@ -111,6 +122,7 @@ def make(
     summary: dict[str, Any] | None = None,
     util: dict | None = None,
     probe: dict | None = None,
+    memory: dict | None = None,
 ) -> dict[str, Any]:
     """A record with every required field; what is not given stays empty."""
     return {
@@ -124,6 +136,7 @@ def make(
         "summary": {**empty_summary(), **(summary or {})},
         "util": util,
         "probe": probe,
+        "memory": memory,
     }
 
 

@@ -21,6 +21,7 @@ TABLES = (
     "epochs",
     "ranks",
     "util",
+    "memory_split",
     "settings",
     "scaling",
     "scaling_settings",
@@ -28,6 +29,7 @@ TABLES = (
     "summary",
     "data_wait",
     "memory",
+    "memory_accuracy",
     "util_means",
     "varied",
     "pivot",
@@ -51,6 +53,8 @@ BENCHMARKS = ("kernels", "comm")
 REPORT_HTML = f"{REPORT_DIR}/report.html"
 REPORT_NOTEBOOK = f"{REPORT_DIR}/report.ipynb"
 STUDY_YAML = f"{REPORT_DIR}/study.yaml"
+# Every cell's predicted peak memory per device, written before any training (dpstudy.jobs.memory_plan).
+MEMORY_PLAN = f"{RESULTS}/plan/memory.csv"
 
 
 def cell_dir(cell: str) -> str:

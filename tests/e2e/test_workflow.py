@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,7 +33,10 @@ from dpstudy.report import sources
 from dpstudy.report.figures import FIGURES
 
 AGGREGATIONS = {"collect", "figures", "report", "all"}
-CONFIG_CHANGED = AGGREGATIONS | {"study_config"}  # the report shows the resolved study
+# the report shows the resolved study; the memory plan predicts the study's cells
+CONFIG_CHANGED = AGGREGATIONS | {"study_config", "memory_plan"}
+# Training code also makes the memory plan's prediction (its own Trainer on fake tensors)
+PLANNED = AGGREGATIONS | {"memory_plan"}
 SMALL = {
     "study": "workflow_test",
     "datasets": {"synthetic": {"train_size": 512, "test_size": 128}},
@@ -144,7 +149,29 @@ def test_small_study_runs_to_the_report(finished):
     for cell in ALPHA | BETA:
         assert (finished / f"results/cells/{cell}/train.log").stat().st_size > 0
         assert (finished / f"results/cells/{cell}/benchmark.tsv").exists()
+    # every cell's memory, predicted before any training, beside what its step measured
+    plan = finished / "results/plan/memory.csv"
+    assert all(
+        plan.stat().st_mtime < (finished / f"results/cells/{c}/record.json").stat().st_mtime for c in ALPHA | BETA
+    )
+    split = pd.read_csv(finished / "results/tables/memory_split.csv")
+    assert len(split) == 5 and set(split["cell"]) == ALPHA | BETA  # ddp g2: two ranks
+    assert split["error_pct"].abs().max() <= 15 and split["predicted_peak_mb"].gt(0).all()
     assert dry_run(finished, SMALL) == {}  # nothing left to do
+
+
+@pytest.mark.slow
+def test_a_cell_predicted_not_to_fit_the_memory_budget_is_skipped_and_a_new_budget_reruns_no_cell(checkout):
+    one = {**SMALL, "sweeps": [SMALL["sweeps"][1]], "memory_budget_gib": 0.001}  # LeNet at batch 32: ~3 MB
+    (cell,) = BETA
+    snakemake(checkout, "--cores", "1", f"results/cells/{cell}/record.json", config=one)
+    rec = json.loads((checkout / f"results/cells/{cell}/record.json").read_text())
+    assert rec["status"] == "skipped" and re.fullmatch(
+        r"predicted 0\.00 GiB > 0\.001 GiB per device \(study memory_budget_gib, memory plan\)", rec["reason"]
+    )
+    assert "running:" not in (checkout / f"results/cells/{cell}/train.log").read_text()  # never launched
+    jobs = dry_run(checkout, {**one, "memory_budget_gib": 8}, f"results/cells/{cell}/record.json")
+    assert set(jobs) == {"study_config", "memory_plan"}  # re-predicted; the record stands (see docs)
 
 
 @pytest.mark.slow
@@ -206,9 +233,9 @@ def edited(path: Path):
     [
         # Training code (the modules that decide a record's numbers): the tables are redone, so that
         # they flag the cells as stale, and no cell reruns.
-        ("dpstudy/engine/outcome.py", AGGREGATIONS),
-        ("dpstudy/engine/monitor.py", AGGREGATIONS),
-        ("dpstudy/data/store.py", AGGREGATIONS),
+        ("dpstudy/engine/outcome.py", PLANNED),
+        ("dpstudy/engine/monitor.py", PLANNED),
+        ("dpstudy/data/store.py", PLANNED),
         # Aggregation and report code: only the rules that run it.
         ("dpstudy/analysis/stats.py", AGGREGATIONS),
         ("dpstudy/report/figures.py", {"figures", "report", "all"}),

@@ -136,7 +136,14 @@ def test_stale_cells_listed_for_forcerun(tmp_path):
     stale = tables["cells"].loc[tables["cells"]["stale"], "cell"].tolist()
     assert stale == ["synthetic-lenet-single-g1-b256-none"]
     written = collect.write_tables(tables, tmp_path / "tables")
-    assert {p.name for p in written} == {"cells.csv", "epochs.csv", "ranks.csv", "util.csv", "stale.txt"}
+    assert {p.name for p in written} == {
+        "cells.csv",
+        "epochs.csv",
+        "ranks.csv",
+        "util.csv",
+        "memory_split.csv",
+        "stale.txt",
+    }
     assert (tmp_path / "tables" / "stale.txt").read_text() == f"{paths[1]}\n"
     current = collect.collect(paths, {"git_commit": None, "source_hash": "old000000000"})
     assert current["cells"]["stale"].sum() == len(paths) - 1

@@ -283,3 +283,30 @@ def test_fsdp_in_bf16_with_batchnorm_and_uneven_test_shards(tmp_path):
     assert math.isfinite(epoch["train_loss"]) and math.isfinite(epoch["test_loss"])
     correct = epoch["test_acc"] * 129  # every test image counted once, none of the extra forwards
     assert correct == pytest.approx(round(correct), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_memory_split_is_recorded_and_predicted_before_training(parity_runs):
+    """Every rank's tracked step against the memory plan's fake-tensor prediction of the same cell
+    (dpstudy.jobs.memory_plan): the issue's target is 15 %; FSDP holds 1/n of the parameters."""
+    from dpstudy.jobs import memory_plan
+
+    params_mb = models.cost("lenet", 1, 28)["params"] * 4 / 2**20
+    for name, rec in parity_runs.items():
+        measured, world = rec["memory"], rec["env"]["world_size"]
+        assert set(measured) == set(record.MEMORY_PARTS) and all(len(v) == world for v in measured.values())
+        for rank in range(world):
+            parts = sum(measured[p][rank] for p in record.MEMORY_PARTS if p != "peak_mb")
+            assert measured["peak_mb"][rank] == pytest.approx(parts)
+        predicted = memory_plan.predict(rec["spec"])
+        assert len(predicted["peak_mb"]) == world
+        for rank in range(world):
+            error = abs(predicted["peak_mb"][rank] - measured["peak_mb"][rank]) / measured["peak_mb"][rank]
+            assert error <= 0.15, (name, rank, predicted["peak_mb"][rank], measured["peak_mb"][rank])
+        sharded = name.startswith("fsdp")
+        # SGD's momentum: one copy of the parameters, of this rank's shard only under FSDP
+        assert rec["spec"]["optimizer"] == "sgd" and rec["spec"]["momentum"] > 0
+        for rank in range(world):
+            assert measured["optimizer_mb"][rank] == pytest.approx(params_mb / (2 if sharded else 1), rel=0.05)
+    single, fsdp = parity_runs["single"]["memory"], parity_runs["fsdp"]["memory"]
+    assert fsdp["activations_mb"][0] < single["activations_mb"][0]  # half the batch per rank

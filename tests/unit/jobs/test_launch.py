@@ -77,6 +77,7 @@ def start_launcher(
     env: dict | None = None,
     parent: bool = False,
     spec: dict = SINGLE,
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """The launcher with `child` (Python source) as its training command. parent=True puts a
     sleeping Python process between the test and the launcher (its pid is printed first)."""
@@ -97,6 +98,7 @@ def start_launcher(
         "1",
         "--attempt",
         str(attempt),
+        *extra,
     ]
     cell = str(tmp_path / "cell")
     run = textwrap.dedent(f"""
@@ -224,6 +226,22 @@ def test_a_cell_needing_cuda_in_a_job_without_gpus_is_skipped_without_starting(t
     assert (rec["status"], rec["reason"], rec["spec"]) == ("skipped", reason, spec)
     assert rec["env"]["world_size"] == (2 if spec["mode"] == "ddp" else 1) and rec["env"]["nodes"] == 1
     assert not (tmp_path / "cell/trained").exists()
+
+
+@pytest.mark.parametrize("skip", ["predicted 1.00 GiB > 0.5 GiB per device (study memory_budget_gib, memory plan)", ""])
+def test_a_cell_the_memory_plan_skips_is_recorded_without_starting(tmp_path, skip):
+    plan = tmp_path / "memory.csv"
+    plan.write_text(
+        "cell,device,params_mb,grads_mb,optimizer_mb,activations_mb,peak_mb,reason,skip\n"
+        f'c,0,100,100,200,300,700,,"{skip}"\nc,1,100,100,0,824,1024,,"{skip}"\n'
+        "other,0,1,1,1,9000,9003,,predicted 8.79 GiB > 0.5 GiB per device\n"
+    )
+    proc = start_launcher(tmp_path, MARKER, extra=("--memory-plan", str(plan)))
+    assert proc.wait(timeout=60) == 0
+    assert (tmp_path / "cell/trained").exists() == (not skip)  # another cell's verdict is not this one's
+    if skip:
+        rec = record.read(tmp_path / "cell/record.json")
+        assert (rec["status"], rec["reason"]) == ("skipped", skip)
 
 
 def test_gpus_a_scheduler_gave_are_kept(tmp_path):

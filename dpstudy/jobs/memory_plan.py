@@ -1,0 +1,176 @@
+"""Before any training: every cell's peak memory per device, predicted where Snakemake plans,
+without the cell's hardware, and the check that keeps a cell predicted not to fit from launching.
+
+The prediction runs the cell's own Trainer on fake tensors (FakeTensorMode: shapes, dtypes and
+devices, no data, no kernels): it builds the model, wraps it as the mode does and takes two
+training steps at the cell's per-device batch, the second followed by the same tracker that
+dpstudy.engine.memory measures the cell with after training, so predicted and measured split the
+same peak the same way. Per mode:
+
+  single  the model at the cell's batch
+  ddp     the model at the per-device batch, plus one copy of the gradients: a DDP step (its
+          buckets, gradient_as_bucket_view off) peaks that much above the plain model's step, in
+          the tracker's temporaries (measured: resnet18 +42.6 MB, its parameters' bytes, at
+          batch 8 and 32 per rank over Gloo); the buckets themselves exist before the step and
+          are outside the tracker in both numbers. Fake tensors cannot run DDP itself: its
+          reducer needs real collectives
+  fsdp    FSDP2 over a fake process group of the cell's world size (torch's FakeStore): rank 0's
+          shards, the largest when they are uneven, stand for every rank
+  dp      nn.DataParallel cannot run on fake devices: device 0 is the model's step at the
+          per-device batch plus the rest of the batch, which the loader puts on device 0 before
+          DataParallel scatters it; every other device holds a replica of the parameters, their
+          gradients before they are summed onto device 0, and its share of the activations
+
+The plan is a CSV (outputs.MEMORY_PLAN): one row per cell and device, the four parts and the
+peak in MB, or the reason a cell could not be predicted; and, under the study's
+memory_budget_gib, `skip`: why a cell predicted not to fit is not launched. The verdict lives in
+the plan, not in the train jobs' params, so that a new budget reruns no cell that already ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+from collections.abc import Iterable
+
+from dpstudy.study import spec as specs
+from dpstudy.util.atomic import atomic_output
+
+PARTS = ("params", "grads", "optimizer", "activations")  # dpstudy.engine.memory.PARTS
+PLAN_COLUMNS = ("cell", "device", *(f"{p}_mb" for p in PARTS), "peak_mb", "reason", "skip")
+GIB = 1024  # MB per GiB
+
+
+def predict(spec: dict) -> dict[str, list[float]]:
+    """{"params_mb": [...], ..., "peak_mb": [...]}, one value per device, as dpstudy.engine.memory
+    measures them; raises when the model cannot run on fake tensors (e.g. a custom kernel)."""
+    import torch
+
+    from dpstudy.data.registry import info
+
+    dataset = info(spec["dataset"])
+    shape = (dataset.channels, dataset.size, dataset.size)
+    devices, batch = specs.devices(spec), specs.per_device_batch(spec)
+    parts, gradient_mb = tracked_fake_step(spec, shape, len(dataset.classes), batch)
+    if spec["mode"] == "ddp":
+        parts = {**parts, "activations": parts["activations"] + gradient_mb, "peak": parts["peak"] + gradient_mb}
+    split = {f"{p}_mb": [parts[p]] * devices for p in PARTS} | {"peak_mb": [parts["peak"]] * devices}
+    if spec["mode"] == "dp" and devices > 1:
+        # device 0: the whole batch arrives there; the others: a replica, its gradients, its activations
+        element = torch.finfo(torch.float32).bits // 8
+        rest_of_batch = (specs.global_batch(spec) - batch) * math.prod(shape) * element / 2**20
+        replica = {"params": parts["params"], "grads": parts["grads"], "optimizer": 0.0}
+        replica["activations"] = parts["activations"]
+        split = {f"{p}_mb": [parts[p]] + [replica[p]] * (devices - 1) for p in PARTS}
+        split["activations_mb"][0] += rest_of_batch
+        split["peak_mb"] = [sum(split[f"{p}_mb"][d] for p in PARTS) for d in range(devices)]
+    return split
+
+
+def tracked_fake_step(
+    spec: dict, shape: tuple[int, int, int], classes: int, batch: int
+) -> tuple[dict[str, float], float]:
+    """The tracker's split of one fake training step of the cell's model (dpstudy.engine.memory),
+    and the MB of one copy of its gradients."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dpstudy import models
+    from dpstudy.engine import memory
+    from dpstudy.engine.parallel import Parallel
+    from dpstudy.engine.train import Trainer
+
+    world = specs.devices(spec)
+    sharded = spec["mode"] == "fsdp"
+    # ddp and dp: the plain model at the per-device batch (see the docstring)
+    par = Parallel(
+        "fsdp" if sharded else "single",
+        torch.device("cpu"),
+        world if sharded else 1,
+        sharding=specs.shard_of(spec["mode"], spec.get("shard", "none")),
+        world_size=world if sharded else 1,
+    )
+    with fake_process_group(world if sharded else 1):
+        if sharded:
+            par.device_mesh()  # outside FakeTensorMode, which cannot make one
+        with FakeTensorMode():
+            torch.manual_seed(0)
+            model = models.build(spec["model"], shape[0], shape[1], classes)
+            if spec["channels_last"]:
+                model = model.to(memory_format=torch.channels_last)
+            # a spec without compile: eager; compiled graphs keep at most what eager keeps
+            trainer = Trainer({**spec, "compile": False}, par, None, None, model, log=lambda _: None)
+            # fp16's GradScaler reads its found-inf flag, which fake tensors do not have: its
+            # in-place unscale allocates nothing the split would show
+            trainer.scaler = torch.amp.GradScaler("cpu", enabled=False)
+            x = torch.randn(batch, *shape)
+            y = torch.randint(0, classes, (batch,))
+            if spec["channels_last"]:
+                x = x.contiguous(memory_format=torch.channels_last)
+            trainer.step(x, y)  # as after training: the optimizer's state exists
+            (parts,) = memory.tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y)).values()
+            gradient_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
+    return parts, gradient_mb
+
+
+@contextlib.contextmanager
+def fake_process_group(world: int):
+    """A process group of `world` ranks, this one rank 0, whose collectives do nothing."""
+    if world == 1:
+        yield
+        return
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def plan_rows(cells: dict[str, dict], budget_gib: float | None = None, log=print) -> list[dict]:
+    """The plan's rows for {cell id: spec}; cells of equal specs but for their repeat, seed and
+    compile (predicted eager) are predicted once. With `budget_gib`, a cell whose fullest device
+    is predicted above it gets its `skip` reason on every row."""
+    done: dict[str, dict | str] = {}
+    rows = []
+    for cell, spec in cells.items():
+        key = repr(sorted((k, v) for k, v in spec.items() if k not in ("repeat", "seed", "compile")))
+        if key not in done:
+            try:
+                done[key] = predict(spec)
+            except Exception as error:  # a model fake tensors cannot run: the plan says why
+                done[key] = f"not predicted: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+            peak = done[key] if isinstance(done[key], str) else f"{max(done[key]['peak_mb']):.1f} MB"
+            log(f"[dpstudy] memory plan: {cell}: {peak}")
+        split = done[key]
+        if isinstance(split, str):
+            rows.append({"cell": cell, "device": None, "reason": split, "skip": None})
+            continue
+        skip = over_budget(max(split["peak_mb"]), budget_gib) if budget_gib is not None else None
+        for device in range(len(split["peak_mb"])):
+            parts = {k: v[device] for k, v in split.items()}
+            rows.append({"cell": cell, "device": device, **parts, "reason": None, "skip": skip})
+    return rows
+
+
+def write_plan(rows: Iterable[dict], path: str) -> None:
+    with atomic_output(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=PLAN_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def over_budget(peak_mb: float, budget_gib: float) -> str | None:
+    """The skipped record's reason when a cell's predicted peak does not fit `budget_gib` per device."""
+    if peak_mb <= budget_gib * GIB:
+        return None
+    return f"predicted {peak_mb / GIB:.2f} GiB > {budget_gib:g} GiB per device (study memory_budget_gib, memory plan)"
+
+
+def skip_reason(path: str, cell: str) -> str | None:
+    """Why the plan at `path` keeps `cell` from launching, or None (also when it lacks the cell)."""
+    with open(path, newline="") as f:
+        return next((row["skip"] for row in csv.DictReader(f) if row["cell"] == cell and row["skip"]), None)

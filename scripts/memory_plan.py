@@ -1,0 +1,39 @@
+"""Predict every cell's peak memory per device before any training, on this host, without the
+cells' hardware (dpstudy.jobs.memory_plan), into the memory plan CSV.
+
+    python scripts/memory_plan.py --study results/report/study.yaml --out results/plan/memory.csv [--budget-gib G]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from dpstudy.jobs import memory_plan
+from dpstudy.study import sweeps
+from dpstudy.util.errors import ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", required=True, help="the study as it runs (rule study_config's YAML)")
+    parser.add_argument("--out", required=True, help="the plan CSV to write")
+    parser.add_argument("--budget-gib", type=float, help="study memory_budget_gib: skip cells predicted above it")
+    args = parser.parse_args(argv)
+    with open(args.study) as f:
+        try:
+            cells = sweeps.expand(sweeps.load(yaml.safe_load(f)))
+        except ConfigError as error:
+            sys.exit(f"error: {args.study}: {error}")
+    specs = {cell.id: cell.spec for cell in cells}
+    rows = memory_plan.plan_rows(specs, args.budget_gib, log=lambda line: print(line, flush=True))
+    memory_plan.write_plan(rows, args.out)
+    skipped = {row["cell"] for row in rows if row["skip"]}
+    print(f"wrote {args.out}: {len(cells)} cells, {len(skipped)} predicted not to fit and not to be launched")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The memory plan (dpstudy.jobs.memory_plan): fake-tensor predictions per mode, the plan's rows and
+the budget check. The prediction against a real tracked step is tests/unit/engine/test_train.py's
+test_memory_split_is_recorded_and_predicted_before_training."""
+
+import pytest
+
+from dpstudy.jobs import memory_plan
+from dpstudy.study.spec import complete
+
+LENET = complete({"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64})
+PARAMS_MB = 0.404945  # LeNet's 106,154 fp32 parameters (dpstudy.models.cost)
+
+
+def test_ddp_predicts_one_device_at_its_share_of_the_batch_and_a_copy_of_the_gradients():
+    single = memory_plan.predict(LENET)
+    ddp = memory_plan.predict({**LENET, "mode": "ddp", "gpus": 2, "backend": "gloo"})
+    half = memory_plan.predict({**LENET, "batch": 32})
+    assert single["params_mb"] == [pytest.approx(PARAMS_MB, rel=1e-5)]
+    # both ranks hold what one device holds at batch 32, and DDP's copy of the gradients
+    assert ddp["peak_mb"] == [pytest.approx(half["peak_mb"][0] + PARAMS_MB, rel=1e-5)] * 2
+    assert ddp["activations_mb"][0] == pytest.approx(half["activations_mb"][0] + PARAMS_MB, rel=1e-5)
+
+
+def test_fsdp_shards_parameters_gradients_and_optimizer_state_over_the_fake_world():
+    fsdp = memory_plan.predict({**LENET, "mode": "fsdp", "gpus": 2, "backend": "gloo", "optimizer": "adam"})
+    assert len(fsdp["peak_mb"]) == 2
+    # Adam's two moments of this rank's half of the parameters
+    assert fsdp["optimizer_mb"][0] == pytest.approx(PARAMS_MB, rel=0.02)
+    assert fsdp["peak_mb"][0] == pytest.approx(sum(fsdp[f"{p}_mb"][0] for p in memory_plan.PARTS))
+
+
+def test_dp_puts_the_optimizer_and_the_whole_batch_on_device_0():
+    dp = memory_plan.predict({**LENET, "mode": "dp", "gpus": 2})
+    assert dp["optimizer_mb"][1] == 0 < dp["optimizer_mb"][0]
+    batch_rest_mb = 32 * 28 * 28 * 4 / 2**20  # the half of the batch device 1 gets, first on device 0
+    assert dp["activations_mb"][0] - dp["activations_mb"][1] == pytest.approx(batch_rest_mb)
+    assert dp["peak_mb"][0] > dp["peak_mb"][1]
+
+
+ERROR = "The tensor has a non-zero number of elements, but its data is not allocated yet."
+
+
+def test_the_plan_predicts_each_setting_once_and_says_why_a_cell_was_not(tmp_path, monkeypatch):
+    predict = memory_plan.predict
+
+    def custom_kernel(spec):  # as a model whose kernel has no fake implementation fails
+        if spec["model"] == "vgg19":
+            raise RuntimeError(ERROR)
+        return predict(spec)
+
+    monkeypatch.setattr(memory_plan, "predict", custom_kernel)
+    cells = {
+        "a-r0": {**LENET, "repeat": 0},
+        "a-r1": {**LENET, "repeat": 1, "seed": 7},
+        "bad": {**LENET, "model": "vgg19"},
+    }
+    lines = []
+    rows = memory_plan.plan_rows(cells, log=lines.append)
+    assert len(lines) == 2  # a-r1 is a-r0 but for its repeat and seed
+    assert lines[1] == "[dpstudy] memory plan: bad: not predicted: RuntimeError: " + ERROR
+    assert [r["cell"] for r in rows] == ["a-r0", "a-r1", "bad"]
+    assert rows[0]["peak_mb"] == rows[1]["peak_mb"] > 0
+    assert rows[2]["device"] is None and rows[2]["reason"].startswith("not predicted: ")
+    assert all(r["skip"] is None for r in rows)  # no budget: every cell launches
+    budgeted = memory_plan.plan_rows(cells, budget_gib=0.004, log=lines.append)  # 4.1 MB
+    skip = budgeted[0]["skip"]
+    assert rows[0]["peak_mb"] > 4.1 and skip == budgeted[1]["skip"]
+    gib = rows[0]["peak_mb"] / 1024
+    assert skip == f"predicted {gib:.2f} GiB > 0.004 GiB per device (study memory_budget_gib, memory plan)"
+    assert budgeted[2]["skip"] is None  # not predicted: launched
+    assert memory_plan.plan_rows(cells, budget_gib=1.0, log=lines.append)[0]["skip"] is None
+    path = tmp_path / "plan" / "memory.csv"
+    memory_plan.write_plan(budgeted, str(path))
+    assert memory_plan.skip_reason(str(path), "a-r1") == skip
+    assert memory_plan.skip_reason(str(path), "bad") is None
+    assert memory_plan.skip_reason(str(path), "not-in-the-plan") is None
