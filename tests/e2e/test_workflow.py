@@ -289,6 +289,10 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     assert (spread < 0.01).all(), f"accuracy differs across modes by {spread.to_dict()}"
     assert (settings["repeats"] == 3).all() and settings["speedup_low"].notna().any()
     assert len(pd.read_csv(workdir / "results/tables/scaling.csv")) == 6  # ddp g2 x 2 batches x 3 repeats
+    # the memory plan against every finished cell's tracked step: the target, 15 %
+    accuracy = pd.read_csv(workdir / "results/tables/memory_accuracy.csv").set_index("mode")
+    assert accuracy.loc["all", "devices"] == 24  # single, ddp g1: 6 cells each; ddp g2: 6 cells x 2 ranks
+    assert accuracy.loc["all", "within_target"], accuracy.to_dict()
     html = (workdir / "results/report/report.html").read_text()
     assert "DDP (gloo) on 2 devices at batch 64: " in html and "Largest loss: <strong>" in html
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
