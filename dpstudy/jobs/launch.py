@@ -265,11 +265,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cores", type=int, required=True, help="CPU cores of the cell per node")
     parser.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt number (retries)")
     parser.add_argument("--memory-plan", help="the memory plan CSV (dpstudy.jobs.memory_plan)")
-    parser.add_argument(
-        "--memory-budget-gib",
-        type=float,
-        help="skip the cell when the plan predicts more per device (study memory_budget_gib)",
-    )
     return parser.parse_args(argv)
 
 

@@ -34,11 +34,13 @@ import csv
 import math
 from collections.abc import Iterable
 
+from dpstudy.record.fields import MEMORY_PARTS
 from dpstudy.study import spec as specs
 from dpstudy.util.atomic import atomic_output
 
-PARTS = ("params", "grads", "optimizer", "activations")  # dpstudy.engine.memory.PARTS
-PLAN_COLUMNS = ("cell", "device", *(f"{p}_mb" for p in PARTS), "peak_mb", "reason", "skip")
+# the record's memory parts (params_mb ... peak_mb), one source with dpstudy.engine.memory's split
+PARTS = tuple(part.removesuffix("_mb") for part in MEMORY_PARTS if part != "peak_mb")
+PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "reason", "skip")
 GIB = 1024  # MB per GiB
 
 
