@@ -246,6 +246,7 @@ def test_accepted_values_reach_every_shell_command_quoted(index, checkout, senti
     assert rules == {
         "prepare_data",
         "build_ext",
+        "memory_plan",
         "train",
         "kernel_bench",
         "comm_bench",
