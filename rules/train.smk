@@ -7,8 +7,11 @@ rule train:
         # ancient: re-preparing a dataset or rebuilding the extension does not rerun the grid.
         data=lambda wc: ancient(cell_dataset(wc)),
         ext=lambda wc: [ancient(path) for path in cell_ext(wc)],
-        # Made before any training; ancient: a new prediction reruns no cell.
-        plan=ancient(outputs.MEMORY_PLAN),
+        # Only a study with memory_budget_gib waits for the memory plan, whose verdicts it
+        # needs. ancient: a new prediction reruns no cell. Caveat (Snakemake 9): a job whose
+        # only link to a rerunning job is an ancient input is not checked for its own params,
+        # so under a budget a changed setting reruns its cells only with --forcerun.
+        plan=lambda wc: [ancient(outputs.MEMORY_PLAN)] if STUDY["memory_budget_gib"] else [],
     output:
         outputs.record_path("{cell}"),
     log:
@@ -38,18 +41,21 @@ rule train:
         attempt=lambda wc, attempt: attempt,
     params:
         spec=cell_spec,
+        plan=lambda wc, input: f"--memory-plan {input.plan}" if input.plan else "",
     shell:
         # Every outcome the cell itself reports (ok, skipped, oom, failed) is a record and a
         # finished job; only a stopped job (cancelled, killed) leaves none.
         "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
         f" --out {outputs.CELLS_DIR}/{{wildcards.cell}} --log {{log:q}} --gpus {{resources.node_gpus}}"
         " --cores {resources.node_cores} --attempt {resources.attempt}"
-        " --memory-plan {input.plan:q}"
+        " {params.plan}"
 
 
 # Every cell's peak memory per device, predicted where Snakemake plans (fake tensors, no GPU),
 # and the cells predicted not to fit the study's memory_budget_gib.
 rule memory_plan:
+    # first among the jobs ready at the start, so that its table usually precedes training
+    priority: 100
     input:
         study=outputs.STUDY_YAML,
         code=code_files("scripts/memory_plan.py"),

@@ -149,11 +149,8 @@ def test_small_study_runs_to_the_report(finished):
     for cell in ALPHA | BETA:
         assert (finished / f"results/cells/{cell}/train.log").stat().st_size > 0
         assert (finished / f"results/cells/{cell}/benchmark.tsv").exists()
-    # every cell's memory, predicted before any training, beside what its step measured
-    plan = finished / "results/plan/memory.csv"
-    assert all(
-        plan.stat().st_mtime < (finished / f"results/cells/{c}/record.json").stat().st_mtime for c in ALPHA | BETA
-    )
+    # every cell's memory, predicted on the planning host (first by priority, not ordered before
+    # training unless the study sets memory_budget_gib), beside what its step measured
     split = pd.read_csv(finished / "results/tables/memory_split.csv")
     assert len(split) == 5 and set(split["cell"]) == ALPHA | BETA  # ddp g2: two ranks
     assert split["error_pct"].abs().max() <= 15 and split["predicted_peak_mb"].gt(0).all()
