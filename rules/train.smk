@@ -11,7 +11,9 @@ rule train:
         # needs. ancient: a new prediction reruns no cell. Caveat (Snakemake 9): a job whose
         # only link to a rerunning job is an ancient input is not checked for its own params,
         # so under a budget a changed setting reruns its cells only with --forcerun.
-        plan=lambda wc: [ancient(outputs.MEMORY_PLAN)] if STUDY["memory_budget_gib"] else [],
+        plan=lambda wc: (
+            [ancient(outputs.MEMORY_PLAN)] if STUDY["memory_budget_gib"] else []
+        ),
     output:
         outputs.record_path("{cell}"),
     log:
@@ -54,8 +56,6 @@ rule train:
 # Every cell's peak memory per device, predicted where Snakemake plans (fake tensors, no GPU),
 # and the cells predicted not to fit the study's memory_budget_gib.
 rule memory_plan:
-    # first among the jobs ready at the start, so that its table usually precedes training
-    priority: 100
     input:
         study=outputs.STUDY_YAML,
         code=code_files("scripts/memory_plan.py"),
@@ -63,6 +63,8 @@ rule memory_plan:
         outputs.MEMORY_PLAN,
     log:
         f"{outputs.LOGS_DIR}/memory_plan.log",
+    # first among the jobs ready at the start, so that its table usually precedes training
+    priority: 100
     conda:
         "../envs/train.yaml"
     params:

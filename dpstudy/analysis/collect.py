@@ -17,7 +17,7 @@ import fastjsonschema
 import pandas as pd
 from jsonschema import ValidationError
 
-from dpstudy.analysis import comparisons, memory, pivots, scaling, stats, summary
+from dpstudy.analysis import comparisons, memory, pivots, scaling, stats, strategies, summary
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
 from dpstudy.record import fields as record
@@ -110,6 +110,7 @@ EPOCH_COLUMNS = (
     "warmup",
     *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"),
     "peak_mem_mb_max",
+    "compile_s",  # compile: true: the epoch's training steps that compiled (inside wall_s and compute_s)
 )
 RANK_COLUMNS = ("cell", "epoch", "rank", "peak_mem_mb")
 UTIL_COLUMNS = ("cell", "device", "t", "gpu_util", "mem_util", "mem_mb")
@@ -248,6 +249,7 @@ def epochs_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
                     "warmup": e["epoch"] == 1 and len(epochs) > 1,
                     **fields,
                     "peak_mem_mb_max": max(e["peak_mem_mb"], default=None),
+                    "compile_s": e.get("compile_s"),
                 }
             )
     return pd.DataFrame(rows, columns=list(EPOCH_COLUMNS)).sort_values(["cell", "epoch"], ignore_index=True)
@@ -297,22 +299,26 @@ def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None)
     """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.analysis.stats),
     "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
     table or None) and "scaling_settings" (the model per setting); "comparisons" (settings against
-    settings, dpstudy.analysis.comparisons); "summary", "data_wait", "memory" and "util_means"
-    (dpstudy.analysis.summary); "memory_accuracy" (dpstudy.analysis.memory); "varied" and
-    "pivot" (the overview's numbers, dpstudy.analysis.pivots)."""
+    settings, dpstudy.analysis.comparisons); "strategies" (each workload's strategies ranked,
+    dpstudy.analysis.strategies); "summary", "data_wait", "memory" and "util_means"
+    (dpstudy.analysis.summary); "memory_accuracy" and "memory_spread" (dpstudy.analysis.memory);
+    "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
+    model_by_setting = scaling.settings_model(model, settings)
     return {
         **tables,
         "settings": settings,
         "scaling": model,
-        "scaling_settings": scaling.settings_model(model, settings),
+        "scaling_settings": model_by_setting,
         "comparisons": comparisons.comparisons_table(settings, cells),
+        "strategies": strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"]),
         "summary": summary.summary_table(cells, settings),
         "data_wait": summary.wait_table(cells, epochs),
         "memory": summary.memory_table(cells),
         "memory_accuracy": memory.accuracy_table(tables["memory_split"]),
+        "memory_spread": memory.spread_table(tables["memory_split"], cells),
         "util_means": summary.util_means(tables["util"]),
         **pivots.overview_tables(settings),
     }

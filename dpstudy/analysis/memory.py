@@ -7,6 +7,12 @@ memory_split: one row per cell and device (DP: each GPU; ddp, fsdp: each rank) o
 memory_accuracy: per mode and for all modes together ("all"), over the devices with both
   numbers: how many, the median and the largest |error_pct|, and whether every one is within
   the target (the issue's 15 %).
+memory_spread: how a strategy spreads a step's memory over its devices, per mode, sharding and
+  device count over the finished multi-device cells with a measured split: the fullest device's
+  peak over the emptiest's (`imbalance`: DP's device 0 holds the batch and the optimizer) and the
+  fullest device's model state (parameters + gradients + optimizer state) over the one-device
+  baseline's (`state_share`: 1 for a replica, about 1/n for FSDP's shards), medians over the cells;
+  `example` is the cell at the median share, `state_mb` and `baseline_state_mb` its own MB.
 """
 
 from __future__ import annotations
@@ -15,11 +21,24 @@ from typing import Any
 
 import pandas as pd
 
+from dpstudy.analysis.baseline import Baselines
 from dpstudy.record.fields import MEMORY_PARTS
 
 TARGET_PCT = 15.0  # the prediction's target: within 15 % of the measured peak
 PREDICTED = tuple(f"predicted_{part}" for part in MEMORY_PARTS)
 SPLIT_COLUMNS = ("cell", "mode", "device", *MEMORY_PARTS, *PREDICTED, "error_pct", "plan_reason")
+STATE_PARTS = ("params_mb", "grads_mb", "optimizer_mb")
+SPREAD_COLUMNS = (
+    "mode",
+    "shard",
+    "devices",
+    "cells",
+    "imbalance",
+    "state_share",
+    "state_mb",
+    "baseline_state_mb",
+    "example",
+)
 ACCURACY_COLUMNS = ("mode", "devices", "median_abs_error_pct", "max_abs_error_pct", "target_pct", "within_target")
 
 
@@ -66,3 +85,55 @@ def accuracy_table(split: pd.DataFrame) -> pd.DataFrame:
         for mode, part in groups
     ]
     return pd.DataFrame(rows, columns=list(ACCURACY_COLUMNS))
+
+
+def per_cell(split: pd.DataFrame) -> pd.DataFrame:
+    """Per cell with a measured split: its fullest and emptiest device's peak and its fullest
+    device's model state (parameters, gradients, optimizer state)."""
+    measured = split.dropna(subset=["peak_mb"])
+    measured = measured.assign(state_mb=measured[list(STATE_PARTS)].sum(axis=1))
+    grouped = measured.groupby("cell")
+    return pd.DataFrame(
+        {
+            "peak_max": grouped["peak_mb"].max(),
+            "peak_min": grouped["peak_mb"].min(),
+            "state_mb": grouped["state_mb"].max(),
+        }
+    )
+
+
+def spread_table(split: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """memory_spread (see the module docstring)."""
+    measured = cells.join(per_cell(split), on="cell")
+    baselines = Baselines(measured.dropna(subset=["state_mb"]))
+    multi = measured[(measured["status"] == "ok") & (measured["devices"] > 1)].dropna(subset=["state_mb"])
+    rows = []
+    for _, cell in multi.iterrows():
+        base = baselines.of(cell)
+        if base.empty:
+            continue
+        base_state = base["state_mb"].median()
+        rows.append(
+            {
+                "mode": cell["mode"],
+                "shard": cell["shard"],
+                "devices": cell["devices"],
+                "cell": cell["cell"],
+                "imbalance": cell["peak_max"] / cell["peak_min"],
+                "state_share": cell["state_mb"] / base_state,
+                "state_mb": cell["state_mb"],
+                "baseline_state_mb": base_state,
+            }
+        )
+    if not rows:
+        return pd.DataFrame(columns=list(SPREAD_COLUMNS))
+    grouped = pd.DataFrame(rows).groupby(["mode", "shard", "devices"], sort=True)
+    medians = grouped[["imbalance", "state_share"]].median()
+    # the example: the cell at the median share, with its own MB (cells of several models differ)
+    examples = grouped.apply(
+        lambda g: g.sort_values(["state_share", "cell"]).iloc[(len(g) - 1) // 2], include_groups=False
+    )
+    table = medians.join(grouped.size().rename("cells")).join(
+        examples[["cell", "state_mb", "baseline_state_mb"]].rename(columns={"cell": "example"})
+    )
+    return table.reset_index()[list(SPREAD_COLUMNS)]

@@ -68,8 +68,12 @@ COLUMNS = (
 
 
 def epoch_medians(epochs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: median wall, compute, data wait and samples over its steady epochs."""
+    """Per cell: median wall, compute, data wait and samples over its steady epochs. The steps that
+    compiled a graph (compile: true) are not training work: their seconds leave wall and compute,
+    as they leave the throughput's steady window."""
     steady = epochs[~epochs["warmup"].astype(bool)]
+    compiling = steady["compile_s"].fillna(0.0) if "compile_s" in steady else 0.0
+    steady = steady.assign(wall_s=steady["wall_s"] - compiling, compute_s=steady["compute_s"] - compiling)
     return steady.groupby("cell")[["wall_s", "compute_s", "data_wait_s", "samples"]].median()
 
 

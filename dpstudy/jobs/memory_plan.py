@@ -34,7 +34,7 @@ import csv
 import math
 from collections.abc import Iterable
 
-from dpstudy.record.fields import MEMORY_PARTS
+from dpstudy.record.fields import BUDGET_MARK, MEMORY_PARTS
 from dpstudy.study import spec as specs
 from dpstudy.util.atomic import atomic_output
 
@@ -96,9 +96,13 @@ def tracked_fake_step(
     with fake_process_group(world if sharded else 1):
         if sharded:
             par.device_mesh()  # outside FakeTensorMode, which cannot make one
-        with FakeTensorMode():
-            torch.manual_seed(0)
+        # built on the meta device, where initialisers do nothing: some (trunc_normal_'s rejection
+        # sampling) read values back, which fake tensors cannot; the step needs shapes only
+        with torch.device("meta"):
             model = models.build(spec["model"], shape[0], shape[1], classes)
+        # non-fake inputs (the meta parameters to_empty replaces) become fake tensors
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            model = model.to_empty(device="cpu")
             if spec["channels_last"]:
                 model = model.to(memory_format=torch.channels_last)
             # a spec without compile: eager; compiled graphs keep at most what eager keeps
@@ -169,7 +173,7 @@ def over_budget(peak_mb: float, budget_gib: float) -> str | None:
     """The skipped record's reason when a cell's predicted peak does not fit `budget_gib` per device."""
     if peak_mb <= budget_gib * GIB:
         return None
-    return f"predicted {peak_mb / GIB:.2f} GiB > {budget_gib:g} GiB per device (study memory_budget_gib, memory plan)"
+    return f"predicted {peak_mb / GIB:.2f} GiB > {budget_gib:g} GiB per device {BUDGET_MARK}"
 
 
 def skip_reason(path: str, cell: str) -> str | None:

@@ -16,6 +16,9 @@ from dpstudy.util.atomic import write_json
 
 SCHEMA_ID = "dpstudy.record/1"
 STATUSES = ("ok", "oom", "skipped", "failed")
+# ends the reason of a cell skipped because the memory plan predicted it would not fit
+# (dpstudy.jobs.memory_plan): how the tables tell it from a cell the hardware cannot run
+BUDGET_MARK = "(study memory_budget_gib, memory plan)"
 
 _number = {"type": "number"}
 _maybe_number = {"type": ["number", "null"]}

@@ -73,6 +73,8 @@ LABELS = {  # axis labels
     "metric": "",
     "predicted_speedup": "speedup the model predicts",
     "measured_speedup": "measured speedup",
+    "memory_mb": "MB per device (step's peak, fullest)",
+    "mb": "MB (one training step's peak, PyTorch's tracker)",
 }
 # Legend titles stay about as long as the column names: seaborn sized the legend for those.
 LEGEND_TITLES = {
@@ -83,6 +85,7 @@ LEGEND_TITLES = {
     "part": "",
     "metric": "",
     "device": "GPU",
+    "compiled": "torch.compile",
 }
 MAX_NOTE_LINES = 12
 DPI = 110
@@ -759,6 +762,95 @@ def heat_map(ax, data: pd.DataFrame, x: str, y: str, metric: str, fmt, scale: di
     ax.tick_params(labelsize=7)
 
 
+def strategies(tables: Tables) -> Figure:
+    """Which strategy: each finished strategy's throughput (its 95 % interval as a bar) against the
+    memory its fullest device needed for one training step, a panel per workload and global batch;
+    a ring marks each panel's fastest. Numbers from the strategies table (dpstudy.analysis.strategies)."""
+    cells = labelled(tables["cells"])
+    title = "Which strategy: throughput vs memory per device"
+    table = tables["strategies"]
+    ran = table[table["rank"].notna() & table["memory_mb"].notna()]
+    if ran.empty:
+        return message("No strategy finished with a measured memory split: nothing to place.", title, cells)
+    ran = labelled(ran).assign(compiled=ran["compile"].astype(bool).map({True: "compiled", False: "eager"}))
+    ran = ran.assign(global_batch=ran["global_batch"].map(lambda b: f"global batch {int(b)}"))
+    facets = {"col": "global_batch"} | ({"row": "workload"} if ran["workload"].nunique() > 1 else {})
+    markers = {"eager": "o", "compiled": "s"}
+    g = sns.FacetGrid(ran, **hue(ran), height=3.5, aspect=1.3, sharex=False, sharey=False, **facets)
+    g.map_dataframe(draw_strategies, markers=markers)
+    for ax in g.axes.flat:  # once every strategy is drawn (a limit set earlier stops autoscaling)
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.08)  # room for the ring at the right edge
+        ax.set_yscale("log")  # intervals are symmetric in log throughput (dpstudy.analysis.stats)
+    settings_legend(g, ran, "compiled", {k: v for k, v in markers.items() if k in set(ran["compiled"])}, [])
+    g.set_axis_labels(LABELS["memory_mb"], LABELS["samples_per_s"])
+    return finish(g, title + " (ring: the fastest)", cells)
+
+
+def draw_strategies(data: pd.DataFrame, markers: dict, color=None, label=None, **_) -> None:
+    """FacetGrid.map_dataframe: a marker per strategy with its throughput interval, a ring round rank 1."""
+    import matplotlib.pyplot as plt
+
+    ax = plt.gca()
+    for compiled, rows in data.groupby("compiled"):
+        below = (rows["samples_per_s"] - rows["samples_per_s_low"]).clip(lower=0).to_numpy(dtype=float)
+        above = (rows["samples_per_s_high"] - rows["samples_per_s"]).clip(lower=0).to_numpy(dtype=float)
+        ax.errorbar(
+            rows["memory_mb"],
+            rows["samples_per_s"],
+            yerr=[below, above],
+            fmt=markers[compiled],
+            ls="none",
+            color=color,
+            ms=7,
+            elinewidth=0.8,
+            capsize=2,
+        )
+    best = data[data["rank"] == 1]
+    ax.scatter(best["memory_mb"], best["samples_per_s"], s=260, facecolors="none", edgecolors="0.2", lw=1.2)
+
+
+def memory_split(tables: Tables) -> Figure:
+    """One training step's peak per device split into parameters, gradients, optimizer state and
+    activations (PyTorch's tracker), a bar per setting and device (median of the repeats), with the
+    memory plan's prediction as a black tick."""
+    cells = labelled(tables["cells"])
+    title = "Memory per device: one training step, measured (bars) and predicted before training (|)"
+    # `device` of the split is the device's index; the settings' `device` is the spec's request
+    split = tables["memory_split"].dropna(subset=["peak_mb"]).rename(columns={"device": "index"})
+    rows = with_settings(split, cells)
+    if rows.empty:
+        return message("No cell finished with a measured memory split.", title, cells)
+    labels, order, folded = bar_groups(rows)
+    index = rows["index"].astype(int)
+    rows = rows.assign(setting=labels + "  dev " + index.astype(str))
+    order = [f"{o}  dev {d}" for o in order for d in sorted(index[labels == o].unique())]
+    parts = {
+        "params_mb": "parameters",
+        "grads_mb": "gradients",
+        "optimizer_mb": "optimizer state",
+        "activations_mb": "activations and temporaries",
+    }
+    per_bar = rows.groupby("setting")[[*parts, "predicted_peak_mb"]].median().reindex(order)
+    long = per_bar[list(parts)].reset_index().melt(id_vars="setting", var_name="part", value_name="mb")
+    long["part"] = long["part"].map(parts)
+    g = sns.displot(
+        long,
+        y="setting",
+        weights="mb",
+        hue="part",
+        hue_order=list(parts.values()),
+        multiple="stack",
+        discrete=True,
+        shrink=0.8,
+        **bar_size(len(order)),
+    )
+    predicted = per_bar["predicted_peak_mb"].dropna()
+    if not predicted.empty:  # on the bars' own categorical axis
+        g.axes.flat[0].scatter(predicted.to_numpy(), predicted.index, marker="|", s=250, color="black", lw=2, zorder=3)
+    label(g, "mb", "setting")
+    return finish(g, title + folded_note(folded), cells)
+
+
 FIGURES: dict[str, Callable[[Tables], Figure]] = {
     "overview.png": overview,
     "throughput.png": throughput,
@@ -768,6 +860,8 @@ FIGURES: dict[str, Callable[[Tables], Figure]] = {
     "accuracy_epochs.png": accuracy_epochs,
     "accuracy_batch.png": accuracy_batch,
     "memory.png": memory,
+    "memory_split.png": memory_split,
+    "strategies.png": strategies,
     "backends.png": backends,
     "utilisation.png": utilisation,
 }

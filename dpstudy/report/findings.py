@@ -18,6 +18,7 @@ import pandas as pd
 
 from dpstudy.analysis import stats
 from dpstudy.analysis.keys import BASELINE_KEYS
+from dpstudy.analysis.strategies import WORKLOAD_KEYS, ranked
 from dpstudy.analysis.summary import VERDICT_COLUMNS
 from dpstudy.report.text import code, markdown_table, plural, significant, text
 
@@ -32,11 +33,16 @@ def not_measured(why: str) -> str:
     return f"*Not measured in this study:* {why}."
 
 
+def mode_name(mode: str, shard: str = "full") -> str:
+    """DP, DDP, FSDP full, FSDP grad_op."""
+    return f"{mode.upper()}{f' {text(shard)}' if mode == 'fsdp' else ''}"
+
+
 def strategy_name(mode: str, backend: str, shard: str = "full") -> str:
     """DP, DDP (gloo), FSDP full (nccl), FSDP grad_op (gloo)."""
     if mode == "dp":
         return "DP"
-    return f"{mode.upper()}{f' {shard}' if mode == 'fsdp' else ''} ({text(backend)})"
+    return f"{mode_name(mode, shard)} ({text(backend)})"
 
 
 def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1, shard: str = "full") -> str:
@@ -508,19 +514,158 @@ def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
     return text + "\n\nThe all-reduce microbenchmark below measures the bandwidth behind the gap."
 
 
+# ---- Which strategy? --------------------------------------------------------------------------
+
+STRATEGIES_INTRO = (
+    "Every strategy the study ran for the same data, model and global batch, ranked by throughput "
+    "(the geometric mean of its repeats, 95 % interval), with the memory its fullest device needed for "
+    "one training step (PyTorch's tracker; the memory plan's prediction beside it) and the scaling "
+    "model's account. A strategy that does not fit (out of memory, or predicted above the study's "
+    "`memory_budget_gib`) did not run, so the fastest that ran is the fastest that fits. "
+    '"vs one device" is the throughput over one device without torch.compile.'
+)
+
+
+def strategy_label(row, keys: list[str]) -> str:
+    """'FSDP full (gloo) on 2 devices, compiled': the strategy keys the study varies named."""
+    name = setup_name(row["mode"], row["backend"], whole(row["gpus"]), whole(row["nodes"]), row["shard"])
+    extras = [f"{k} {value_text(row[k])}" for k in ("batch_scope", "lr_scaling") if k in keys]
+    return name + (", compiled" if bool(row["compile"]) else "") + "".join(f", {e}" for e in extras)
+
+
+def workload_label(row, keys: list[str]) -> str:
+    """'synthetic_rgb/resnet18 at global batch 64, precision bf16': the workload keys the study varies."""
+    named = [k for k in keys if k in WORKLOAD_KEYS and k not in ("dataset", "model", "global_batch", "devices")]
+    return f"{workload(row)} at global batch {whole(row['global_batch'])}{extra_keys(row, named)}"
+
+
+def lead_text(best, runner_up, keys: list[str]) -> str:
+    """How far the fastest is ahead of the next, and whether that is beyond noise."""
+    if runner_up is None:
+        return "the only strategy that ran"
+    lead = stats.interval_text(stats.value(best, "vs_next"), unit="x")
+    if not stats.has_interval(best["vs_next_low"], best["vs_next_high"]):
+        claim = "one run on a side: no claim"
+    else:
+        claim = "beyond noise" if best["vs_next_claim"] == 1 else "**within noise**: a tie"
+    return f"ahead of the next, {strategy_label(runner_up, keys)}, by {lead} ({claim})"
+
+
+def model_reason(rows: pd.DataFrame, keys: list[str], settings: pd.DataFrame) -> str:
+    """The model's account of the ranking: whether it orders the strategies as measured (pairs
+    within noise may go either way), the pairs it gets wrong, and what costs each multi-device
+    strategy most against n x."""
+    predicted = rows.dropna(subset=["predicted_samples_per_s"])
+    if len(predicted) < 2:
+        return "The model has too few of these strategies to rank (it needs a finished one-device baseline)."
+    order = ", ".join(strategy_label(r, keys) for _, r in predicted.sort_values("model_rank").iterrows())
+    if bool(rows["model_agrees"].iloc[0]):
+        head = f"The model orders them as measured, up to ties within noise: {order}."
+    else:
+        wrong = [
+            f"{strategy_label(r, keys)} beat {strategy_label(settings.loc[int(other)], keys)} beyond noise"
+            for _, r in predicted.iterrows()
+            if isinstance(r["model_misorders"], str)
+            for other in r["model_misorders"].split()
+        ]
+        head = f"The model orders them {order}, which the measurements contradict: {'; '.join(wrong)}."
+    losses = [
+        f"{strategy_label(r, keys)}: {text(r['largest'])}, {significant(r['largest_s'])} s per epoch"
+        for _, r in rows.iterrows()
+        if isinstance(r["largest"], str)
+    ]
+    return head + (" Largest loss against n x: " + "; ".join(losses) + "." if losses else "")
+
+
+def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
+    na = lambda form: lambda v: "n/a" if pd.isna(v) else form(v)  # noqa: E731
+    table = pd.DataFrame(
+        {
+            "rank": rows["rank"].map(na(lambda v: str(whole(v)))),
+            "strategy": [strategy_label(r, keys) for _, r in rows.iterrows()],
+            "samples/s [95 %]": [
+                stats.interval_text(stats.value(r, "samples_per_s"), significant) for _, r in rows.iterrows()
+            ],
+            "vs one device": [
+                "n/a" if pd.isna(r["vs_one_device"]) else stats.interval_text(stats.value(r, "vs_one_device"), unit="x")
+                for _, r in rows.iterrows()
+            ],
+            "MB per device: measured (predicted)": [
+                f"{na(significant)(m)} ({na(significant)(p)})"
+                for m, p in zip(rows["memory_mb"], rows["predicted_memory_mb"])
+            ],
+            "model: samples/s (rank)": [
+                "n/a" if pd.isna(v) else f"{significant(v)} ({whole(k)})"
+                for v, k in zip(rows["predicted_samples_per_s"], rows["model_rank"])
+            ],
+        }
+    )
+    return markdown_table(table, escape=False)
+
+
+def strategies(tables: Tables) -> str:
+    """Per workload: the fastest strategy that fits with its interval and its lead over the next,
+    the ranking as a table, the strategies that did not run and why, and the model's reason (the
+    strategies table: dpstudy.analysis.strategies)."""
+    table = tables["strategies"]
+    ran = table[table["rank"].notna()]
+    if ran.empty:
+        return not_measured(why_not_run(tables["cells"]))
+    keys = varied(tables)
+    sections = []
+    workloads = sorted(ran["workload"].unique())
+    for number in workloads[:LIST_LIMIT]:
+        rows, every = ranked(table, number), table[table["workload"] == number]
+        best = rows.iloc[0]
+        runner_up = rows.iloc[1] if len(rows) > 1 else None
+        fastest = (
+            f"**{workload_label(best, keys)}**: fastest that fits: **{strategy_label(best, keys)}**, "
+            f"{stats.interval_text(stats.value(best, 'samples_per_s'), significant, ' samples/s')}"
+            + (
+                f", {stats.interval_text(stats.value(best, 'vs_one_device'), unit='x')} one device"
+                if pd.notna(best["vs_one_device"])
+                else ""
+            )
+            + f"; {lead_text(best, runner_up, keys)}."
+        )
+        unfit = every[every["fits"].eq(False)]
+        other = every[every["rank"].isna() & ~every["fits"].eq(False)]
+        notes = [f"- does not fit: {strategy_label(r, keys)}: {text(r['reason'])}" for _, r in unfit.iterrows()] + [
+            f"- did not run: {strategy_label(r, keys)}: {text(r['status'])}, {text(r['reason'])}"
+            for _, r in other.iterrows()
+        ]
+        sections.append(
+            "\n\n".join(
+                [
+                    fastest,
+                    strategy_table(rows, keys),
+                    *(["\n".join(notes)] if notes else []),
+                    model_reason(rows, keys, by_setting(tables)),
+                ]
+            )
+        )
+    more = len(workloads) - LIST_LIMIT
+    tail = f"\n\n... {plural(more, 'more workload')} in `results/tables/strategies.csv`." if more > 0 else ""
+    return STRATEGIES_INTRO + "\n\n" + "\n\n".join(sections) + tail
+
+
 # ---- Memory and utilisation -------------------------------------------------------------------
 
 
 def memory(tables: Tables) -> str:
     """Peak memory per rank: the spread between the fullest and the emptiest device, per mode (the
-    memory table's cell with the largest imbalance)."""
+    memory table's cell with the largest imbalance); then one training step's split as PyTorch's
+    tracker measured it (memory_spread) and the memory plan's prediction beside it (memory_accuracy)."""
     cells, imbalances = tables["cells"], tables["memory"]
     multi = cells[cells["devices"] > 1]
     lines = []
-    for mode in ("dp", "ddp"):
+    for mode in ("dp", "ddp", "fsdp"):
         rows = imbalances[imbalances["mode"] == mode]
         if rows.empty:
-            lines.append(f"- {mode.upper()}: {not_measured(why_not_run(multi[multi['mode'] == mode], mode.upper()))}")
+            if mode != "fsdp" or not multi[multi["mode"] == "fsdp"].empty:
+                lines.append(
+                    f"- {mode.upper()}: {not_measured(why_not_run(multi[multi['mode'] == mode], mode.upper()))}"
+                )
             continue
         m = rows[rows["largest"].astype(bool)].iloc[0]
         r = cells.set_index("cell").loc[m["cell"]]
@@ -531,7 +676,57 @@ def memory(tables: Tables) -> str:
         )
     return (
         "\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "
-        "peak resident set on CPU (last epoch)."
+        "peak resident set on CPU (last epoch).\n\n" + memory_spread(tables) + "\n\n" + memory_prediction(tables)
+    )
+
+
+def memory_spread(tables: Tables) -> str:
+    """How each strategy spreads one step's memory over its devices (the memory_spread table)."""
+    spread = tables["memory_spread"]
+    head = (
+        "**One training step, split** (PyTorch's memory tracker: parameters, gradients, optimizer state, "
+        "activations and temporaries; the figure below shows every setting's split per device). "
+    )
+    if spread.empty:
+        return head + not_measured(
+            "no finished multi-device cell has a measured split and a one-device baseline with one"
+        )
+    lines = [
+        f"- {mode_name(r['mode'], r['shard'])} on {plural(whole(r['devices']), 'device')}: the fullest device "
+        f"holds {r['state_share']:.2f}x one device's model state and peaks at {r['imbalance']:.2f}x the emptiest "
+        f"device (medians of {plural(whole(r['cells']), 'cell')}; e.g. {code(r['example'])}: "
+        f"{significant(r['state_mb'])} MB of parameters, gradients and optimizer state vs "
+        f"{significant(r['baseline_state_mb'])} MB on one device)."
+        for _, r in spread.iterrows()
+    ]
+    return (
+        head + "A replica (DP, DDP) holds the whole model state on every device; FSDP shards it, about 1/n per "
+        "device (grad_op keeps the gathered parameters from forward to backward, so its peak holds more).\n\n"
+        + "\n".join(lines)
+    )
+
+
+def memory_prediction(tables: Tables) -> str:
+    """The memory plan's prediction against the measured split (the memory_accuracy table)."""
+    accuracy = tables["memory_accuracy"]
+    head = (
+        "**Predicted before training** (`results/plan/memory.csv`: each cell's step on fake tensors, no "
+        "device needed) **vs measured**: "
+    )
+    if accuracy.empty:
+        return head + not_measured("no finished cell has both a prediction and a measured split")
+    overall = accuracy.set_index("mode").loc["all"] if (accuracy["mode"] == "all").any() else accuracy.iloc[0]
+    verdict = "within" if overall["within_target"] else "**not** within"
+    per_mode = ", ".join(
+        f"{text(r['mode'])} {r['median_abs_error_pct']:.1f} % (largest {r['max_abs_error_pct']:.1f} %, "
+        f"{plural(whole(r['devices']), 'device')})"
+        for _, r in accuracy[accuracy["mode"] != "all"].iterrows()
+    )
+    return (
+        head + f"the peak per device was off by a median of {overall['median_abs_error_pct']:.1f} % and at most "
+        f"{overall['max_abs_error_pct']:.1f} % over {plural(whole(overall['devices']), 'device')}, {verdict} the "
+        f"{overall['target_pct']:.0f} % target. By mode: {per_mode}. `results/tables/memory_split.csv` has every "
+        "device's parts, measured and predicted."
     )
 
 

@@ -129,7 +129,8 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
     # The id names every key the sweep itself sets (grid or set): two sweeps that differ only in
     # a set value (say epochs 200 vs 100) then never claim the same id, and adding a sweep never
     # renames the cells of another.
-    varied = [*sweep.get("grid", {}), *sweep.get("set", {})]
+    # repeats is not a setting of a cell: it shows as -r{k}
+    varied = [k for k in (*sweep.get("grid", {}), *sweep.get("set", {})) if k != "repeats"]
     resources = {**study["resources"], **sweep.get("resources", {})}
     cells: list[Cell] = []
     for combo in sweep_combinations(sweep):

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from dpstudy.record import fields as record
+from dpstudy.record.fields import BUDGET_MARK
 from dpstudy.study import schema
 from helpers import REPO
 
@@ -56,7 +57,7 @@ HOST_TORCH = "/opt/torch/.venv/lib/python3.12/site-packages"
 def make_env(spec: dict[str, Any], code: dict[str, Any], device: str) -> dict[str, Any]:
     """A host `testhost`, run locally; a multi-node cell's ranks on SLURM nodes n1, n2, ..."""
     gpus = ["Fake GPU"] * 8 if device == "cuda" else []
-    world = spec["gpus"] * spec["nodes"] if spec["mode"] == "ddp" else 1
+    world = spec["gpus"] * spec["nodes"] if spec["mode"] in ("ddp", "fsdp") else 1
     ranks = [
         {
             "rank": r,
@@ -135,10 +136,13 @@ def make_record(
     device: str = "cpu",
     util: dict | None = None,
     probe: dict | None = None,
+    memory: list[tuple[float, float, float, float]] | None = None,
     suffix: str = "",
     **spec_keys: Any,
 ) -> dict[str, Any]:
-    """One record. ok: every epoch at `samples_per_s`; oom: the first epoch only; skipped: no epochs."""
+    """One record. ok: every epoch at `samples_per_s`; oom: the first epoch only; skipped: no epochs.
+    `memory`: per device (parameters, gradients, optimizer state, activations) in MB, the tracker's
+    split of one step (the peak is their sum)."""
     spec = make_spec(**spec_keys)
     peak_mem = peak_mem if peak_mem is not None else [100.0 + spec["batch"] / 64] * spec["gpus"] * spec["nodes"]
     accs = list(accs)[: 1 if status == "oom" else spec["epochs"]]
@@ -165,6 +169,9 @@ def make_record(
         "util": util,
         "probe": probe,
     }
+    if memory is not None:
+        parts = dict(zip(record.MEMORY_PARTS, zip(*memory)))
+        rec["memory"] = {**{k: list(v) for k, v in parts.items()}, "peak_mb": [sum(device) for device in memory]}
     record.validate(rec)
     return rec
 
@@ -209,6 +216,59 @@ def small_grid() -> list[dict[str, Any]]:
         make_record("skipped", mode="ddp", gpus=2, batch=64, backend="nccl", reason=NCCL_REASON),
         make_record("oom", mode="ddp", gpus=2, batch=1024, backend="gloo", samples_per_s=500.0, reason=OOM_REASON),
     ]
+
+
+STRATEGY_DDP_PROBE = {"sync_step_s": 0.012, "nosync_step_s": 0.010, "allreduce_s": 0.004, "grad_bytes": 4.0e5}
+# per device: parameters, gradients, optimizer state, activations (MB)
+ONE_DEVICE = (10.0, 10.0, 20.0, 60.0)
+REPLICA = (10.0, 10.0, 20.0, 30.0)
+SHARD = (5.0, 5.0, 10.0, 30.0)
+BUDGET_REASON = f"predicted 93.10 GiB > 70 GiB per device {BUDGET_MARK}"
+
+
+def repeats(speeds: list[float], suffix: str = "", **keys: Any) -> list[dict[str, Any]]:
+    """One record per throughput, repeats 0, 1, ... of one setting."""
+    return [make_record(samples_per_s=s, repeat=k, suffix=f"{suffix}-r{k}", **keys) for k, s in enumerate(speeds)]
+
+
+def strategy_grid() -> list[dict[str, Any]]:
+    """synthetic/lenet at batch 64: one device (eager and compiled), DDP, FSDP full and grad_op over
+    Gloo; NCCL skipped (no GPU), FSDP at batch 64 per device skipped by the memory plan (its
+    record written by the launcher: no device kind), and batch 1024 out of memory."""
+    ddp = {"mode": "ddp", "gpus": 2, "backend": "gloo", "probe": STRATEGY_DDP_PROBE, "memory": [REPLICA] * 2}
+    fsdp = {"mode": "fsdp", "gpus": 2, "backend": "gloo", "memory": [SHARD, (5.0, 5.0, 10.0, 20.0)]}
+    skipped_by_plan = make_record(
+        "skipped",
+        mode="fsdp",
+        shard="full",
+        gpus=2,
+        backend="gloo",
+        batch_scope="per_device",
+        batch=32,
+        reason=BUDGET_REASON,
+    )
+    del skipped_by_plan["env"]["device"]  # the launcher's record: no rank ran
+    return [
+        *repeats([1000.0, 1040.0, 960.0], mode="single", memory=[ONE_DEVICE]),
+        *repeats([1100.0], suffix="-compileTrue", mode="single", compile=True, memory=[ONE_DEVICE]),
+        *repeats([1500.0, 1530.0, 1470.0], **ddp),
+        *repeats([1490.0, 1520.0, 1460.0], suffix="-shardgrad_op", shard="grad_op", **fsdp),
+        *repeats([1200.0, 1210.0, 1190.0], suffix="-shardfull", shard="full", **fsdp),
+        make_record("skipped", mode="ddp", gpus=2, backend="nccl", reason=NCCL_REASON),
+        skipped_by_plan,
+        make_record("oom", mode="ddp", gpus=2, batch=1024, backend="gloo", reason=OOM_REASON),
+    ]
+
+
+def strategy_plan(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """A memory plan of strategy_grid's finished cells: 10 % above each device's measured peak."""
+    rows = [
+        {"cell": rec["cell"], "device": device, "peak_mb": peak * 1.1, "reason": None}
+        for rec in records
+        if rec.get("memory")
+        for device, peak in enumerate(rec["memory"]["peak_mb"])
+    ]
+    return pd.DataFrame(rows)
 
 
 def write_records(directory: str | Path, records: list[dict[str, Any]]) -> list[Path]:

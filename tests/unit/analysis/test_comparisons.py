@@ -389,7 +389,7 @@ def test_model_per_setting_names_the_largest_loss_in_seconds(tmp_path):
 
 
 def test_every_table_is_written_and_read_back_even_when_empty(tmp_path):
-    assert collect.TABLES[:6] == ("cells", "epochs", "ranks", "util", "settings", "scaling")
+    assert collect.TABLES[:7] == ("cells", "epochs", "ranks", "util", "memory_split", "settings", "scaling")
     for name, records in (
         ("some", [make_record(mode="single"), make_record(mode="ddp", gpus=2, backend="gloo")]),
         ("none", [make_record("skipped", mode="dp", gpus=2, reason="x")]),

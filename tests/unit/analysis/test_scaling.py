@@ -161,3 +161,31 @@ def test_fsdp_terms_are_its_all_gathers_and_reduce_scatter(tmp_path, shard, t_sy
     row = scaling.model(tables["cells"], tables["epochs"], COMM).iloc[0]
     probed = 0.020 if shard == "full" else 0.014
     assert row["sync_source"] == "probe" and row["sync_s"] == pytest.approx(94 * probed * (1 - overlap))
+
+
+def test_steps_that_compiled_leave_the_epoch_the_model_explains(tmp_path):
+    """compile: true: the steps that compiled a graph sit inside the epoch's wall and compute
+    seconds; the model takes them out, as the throughput's steady window does, so that a 3 s
+    compile is not read as a loss against n x."""
+
+    def compiled(rec, seconds):
+        for epoch in rec["epochs"]:
+            epoch.update(compile_s=seconds, wall_s=epoch["wall_s"] + seconds, compute_s=epoch["compute_s"] + seconds)
+        return rec
+
+    records = [
+        compiled(make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02, compile=True), 2.0),
+        compiled(
+            make_record(
+                mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=PROBE, compile=True
+            ),
+            3.0,
+        ),
+    ]
+    tables = collect.collect(write_records(tmp_path, records), CURRENT)
+    assert sorted(tables["epochs"]["compile_s"]) == [2.0, 2.0, 3.0, 3.0]
+    row = scaling.model(tables["cells"], tables["epochs"], COMM).iloc[0]
+    # the same parts as without compiling (test_the_parts_and_the_prediction)
+    assert row["measured_s"] == pytest.approx(4.0) and row["ideal_s"] == pytest.approx(3.0)
+    assert row["compute_s"] == pytest.approx(2.94)
+    assert row["loss_other_s"] == pytest.approx(4.0 - 3.0 - 0.14 - 0.94 - 0.35)

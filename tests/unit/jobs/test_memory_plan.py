@@ -74,3 +74,15 @@ def test_the_plan_predicts_each_setting_once_and_says_why_a_cell_was_not(tmp_pat
     assert memory_plan.skip_reason(str(path), "a-r1") == skip
     assert memory_plan.skip_reason(str(path), "bad") is None
     assert memory_plan.skip_reason(str(path), "not-in-the-plan") is None
+
+
+def test_a_model_whose_initialiser_reads_values_is_predicted():
+    """ViT's trunc_normal_ samples by rejection (it reads values back), which fake tensors cannot;
+    the plan builds the model on the meta device, where initialisers do nothing."""
+    from dpstudy import models
+
+    vit = complete({"dataset": "synthetic_rgb", "model": "vit", "mode": "single", "batch": 8})
+    predicted = memory_plan.predict(vit)
+    params_mb = models.cost("vit", 3, 32)["params"] * 4 / 2**20
+    assert predicted["params_mb"] == [pytest.approx(params_mb, rel=1e-6)]
+    assert predicted["activations_mb"][0] > 0

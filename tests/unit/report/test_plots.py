@@ -11,7 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import REPO
-from helpers.records import CURRENT, DP_REASON, NCCL_REASON, make_record, make_util, small_grid, write_records
+from helpers.records import (
+    CURRENT,
+    DP_REASON,
+    NCCL_REASON,
+    make_record,
+    make_util,
+    small_grid,
+    strategy_grid,
+    strategy_plan,
+    write_records,
+)
+from matplotlib.collections import PathCollection
 
 from dpstudy.analysis import collect, scaling
 from dpstudy.report import figures as plots
@@ -59,6 +70,8 @@ def test_registry_names_png_files():
         "accuracy_epochs.png",
         "accuracy_batch.png",
         "memory.png",
+        "memory_split.png",
+        "strategies.png",
         "backends.png",
         "utilisation.png",
     }
@@ -286,4 +299,50 @@ def test_accuracy_per_epoch_draws_medians_when_cells_are_many(many_settings):
     fig = plots.accuracy_epochs(many_settings)
     assert len(fig.axes[0].lines) < plots.MAX_LINES
     assert "the median of its cells (60 in all)" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def strategy_tables(directory: Path) -> dict[str, pd.DataFrame]:
+    records = strategy_grid()
+    return collect.summarise(collect.collect(write_records(directory, records), CURRENT, strategy_plan(records)))
+
+
+def test_strategies_places_each_strategy_at_its_memory_and_throughput_and_rings_the_fastest(tmp_path):
+    tables = strategy_tables(tmp_path)
+    fig = plots.strategies(tables)
+    drawn = {
+        (round(x, 6), round(y, 6))
+        for ax in fig.axes
+        for line in ax.lines
+        for x, y in zip(line.get_xdata(), line.get_ydata())
+        if line.get_marker() in ("o", "s")
+    }
+    ran = tables["strategies"].dropna(subset=["rank"])
+    assert drawn == {(round(m, 6), round(s, 6)) for m, s in zip(ran["memory_mb"], ran["samples_per_s"])}
+    best = ran[ran["rank"] == 1].iloc[0]
+    rings = [
+        c.get_offsets().tolist()
+        for ax in fig.axes
+        for c in ax.collections
+        if isinstance(c, PathCollection) and len(c.get_offsets())
+    ]
+    assert rings == [[[best["memory_mb"], best["samples_per_s"]]]]
+    assert "predicted 93.10 GiB > 70 GiB per device" in figure_text(fig)  # the cell that did not fit, listed
+    plt.close(fig)
+
+
+def test_memory_split_stacks_the_measured_parts_and_marks_the_prediction(tmp_path):
+    tables = strategy_tables(tmp_path)
+    fig = plots.memory_split(tables)
+    ax = fig.axes[0]
+    widths = sorted(round(p.get_width(), 6) for p in ax.patches if p.get_width() > 0)
+    split = tables["memory_split"].dropna(subset=["peak_mb"])
+    single_rows = split[split["cell"].str.contains("single")]
+    assert single_rows["peak_mb"].tolist() == [100.0] * len(single_rows)
+    # the one-device bars: 10 + 10 + 20 + 60 MB; the ticks: the plan's peaks (10 % above the measured)
+    assert {10.0, 20.0, 60.0} <= set(widths)
+    ticks = sorted(round(x, 6) for c in ax.collections if isinstance(c, PathCollection) for x, _ in c.get_offsets())
+    settings = split.assign(setting=split["cell"].str.replace(r"-r\d+$", "", regex=True))
+    expected = settings.groupby(["setting", "device"])["predicted_peak_mb"].median()
+    assert ticks == sorted(round(v, 6) for v in expected)
     plt.close(fig)

@@ -18,6 +18,8 @@ from helpers.records import (
     make_util,
     run_report,
     small_grid,
+    strategy_grid,
+    strategy_plan,
     write_records,
 )
 
@@ -235,6 +237,51 @@ def test_memory_imbalance(grid, tmp_path):
     )
 
 
+@pytest.fixture(scope="module")
+def strategy_tables(tmp_path_factory) -> dict[str, pd.DataFrame]:
+    records = strategy_grid()
+    root = tmp_path_factory.mktemp("strategies")
+    return collect.summarise(collect.collect(write_records(root, records), CURRENT, strategy_plan(records)))
+
+
+def test_which_strategy_names_the_fastest_that_fits_its_lead_and_the_models_reason(strategy_tables):
+    text = findings.strategies(strategy_tables)
+    assert (
+        "**synthetic/lenet at global batch 64**: fastest that fits: **DDP (gloo) on 2 devices**, "
+        "1,500 samples/s [1,430-1,580], 1.50x [1.38-1.63] one device; ahead of the next, "
+        "FSDP grad_op (gloo) on 2 devices, by 1.01x [0.96-1.05] (**within noise**: a tie)." in text
+    )
+    assert "| 3 | FSDP full (gloo) on 2 devices | 1,200 [1,180-1,230] | 1.20x [1.09-1.32] | 50.0 (55.0) |" in text
+    assert "| 4 | one device, compiled | 1,100 | 1.10x | 100 (110) | 1,100 (4) |" in text
+    assert "- does not fit: FSDP full (gloo) on 2 devices: predicted 93.10 GiB &gt; 70 GiB per device" in text
+    assert "- did not run: DDP (nccl) on 2 devices: skipped, nccl needs CUDA: no GPU is visible" in text
+    assert (
+        "which the measurements contradict: DDP (gloo) on 2 devices beat FSDP full (gloo) on 2 devices beyond noise."
+        in text
+    )
+    assert "Largest loss against n x: DDP (gloo) on 2 devices: " in text
+    # batch 1024 ran out of memory in its only strategy: no ranking, nothing claimed
+    assert "global batch 1024" not in text
+
+
+def test_memory_split_and_its_prediction_are_phrased_from_their_tables(strategy_tables):
+    text = findings.memory(strategy_tables)
+    assert (
+        "- FSDP full on 2 devices: the fullest device holds 0.50x one device's model state and peaks at 1.25x "
+        "the emptiest device (medians of 3 cells; e.g. `synthetic-lenet-fsdp-g2-b64-gloo-shardfull-r1`: 20.0 MB "
+        "of parameters, gradients and optimizer state vs 40.0 MB on one device)." in text
+    )
+    assert "- DDP on 2 devices: the fullest device holds 1.00x one device's model state" in text
+    # the plan is 10 % above every measured peak
+    assert (
+        "the peak per device was off by a median of 10.0 % and at most 10.0 % over 22 devices, within the 15 % target"
+        in text
+    )
+    worse = changed(strategy_tables, "memory_accuracy", lambda t: t["mode"] == "all", max_abs_error_pct=31.0)
+    worse = changed(worse, "memory_accuracy", lambda t: t["mode"] == "all", within_target=False)
+    assert "and at most 31.0 % over 22 devices, **not** within the 15 % target" in findings.memory(worse)
+
+
 def test_utilisation_when_sampled_or_not(grid, tmp_path):
     assert findings.utilisation(grid).startswith("*Not measured in this study:* GPU utilisation")
     tables = tables_of(
@@ -388,12 +435,14 @@ def test_every_finding_when_no_cell_finished(tmp_path):
         findings.data_wait(tables),
         findings.backends(tables),
         findings.utilisation(tables),
+        findings.strategies(tables),
         findings.kernels(None),
         findings.comm(None),
     ]
     assert all(a.startswith("*Not measured in this study:*") for a in answers)
     assert f"no multi-device cell finished ({DP_REASON}; {NCCL_REASON}; {OOM_REASON})" in answers[0]
-    assert findings.memory(tables).count("*Not measured in this study:*") == 2
+    # DP and DDP's imbalance, the split across devices and the prediction against it
+    assert findings.memory(tables).count("*Not measured in this study:*") == 4
 
 
 # ---- the notebook, executed by papermill and converted to HTML --------------------------------

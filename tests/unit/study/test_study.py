@@ -63,6 +63,15 @@ def test_sweep_resources_override_the_study_and_defaults_fill_the_rest():
     }
 
 
+def test_a_sweep_may_set_its_own_repeats_which_name_the_repeat_only():
+    config = copy.deepcopy(STUDY)
+    config["defaults"] = {"repeats": 3}
+    config["sweeps"][1]["set"] = {"repeats": 2, "epochs": 5}
+    ids = sorted(i for i in cells(config) if "-b32-" in i)
+    assert ids == ["synthetic-lenet-single-g1-b32-none-epochs5-r0", "synthetic-lenet-single-g1-b32-none-epochs5-r1"]
+    assert sum("-b64-" in i for i in cells(config)) == 7 * 3  # the other sweep keeps the default
+
+
 def test_only_fsdp_cells_take_a_shard_and_name_it_where_the_sweep_sets_it():
     strategies = {
         "study": "strategies_test",
