@@ -8,7 +8,8 @@ GPUS ?= 2
 #   TORCH=system   use the PyTorch that $(PYTHON) imports (a cluster module, a container's) instead of
 #                  the lock's; the venv remembers it, so a later `make run` keeps it
 #   WHEELS=DIR     install from a folder of wheels alone, with no network (make wheelhouse fills one)
-#   EXTRAS=test    dpstudy's extras (default test,browser; browser is playwright, 50 MB)
+#   EXTRAS=test    dpstudy's extras (default test,browser,timm; browser is playwright, 50 MB; timm for
+#                  timm:<name> models)
 # The venv remembers TORCH and EXTRAS: a later `make run` or `make test` keeps them.
 TORCH ?=
 WHEELS ?=
@@ -23,7 +24,7 @@ WITH_TORCH ?=
 # tests are skipped with the reason.
 SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge chromium
 
-.PHONY: setup wheelhouse lock system-packages lint test test-fast run gpu-check clean
+.PHONY: setup wheelhouse lock system-packages lint test test-fast run example gpu-check clean
 
 # Quick and silent when .venv is up to date; (re)installs when pyproject.toml or the lock changed.
 setup:
@@ -36,7 +37,7 @@ wheelhouse:
 
 # After a change of pyproject.toml: pin what the tests now pass with.
 lock:
-	$(BIN)/python -m pip install --quiet -e '.[test,browser]'
+	$(BIN)/python -m pip install --quiet -e '.[test,browser,timm]'
 	$(BIN)/python scripts/lock_requirements.py
 
 system-packages:
@@ -65,6 +66,12 @@ test-fast: setup
 
 run: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
+
+# Your own model and data (examples/own_model): its image folder, then its study to the report.
+example: setup
+	$(BIN)/python examples/own_model/make_images.py
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS) \
+		--configfile examples/own_model/study.yaml
 
 # On a GPU host: every CUDA path of dpstudy in one run, summarised in results/gpu-check/summary.md.
 # ONLY=tests,study runs some of the six checks (the summary keeps the others' last results).

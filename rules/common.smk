@@ -11,7 +11,9 @@ from dpstudy.study import outputs, sweeps as studies
 from dpstudy.ext import arch as ext_arch
 from dpstudy.record.envinfo import torch_version
 from dpstudy.jobs.gpus import visible_gpu_count
-from dpstudy.models import MODELS
+from dpstudy.jobs import usercheck
+from dpstudy import models
+from dpstudy.data import user as user_data
 from dpstudy.record.provenance import code_files, export_checkout, native_files
 from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
 from dpstudy.util.errors import ConfigError
@@ -19,8 +21,11 @@ from dpstudy.util.errors import ConfigError
 export_checkout(workflow.basedir)
 
 try:
-    STUDY = studies.load(config)
+    STUDY = studies.load(config, workflow.configfiles)
     ALL_CELLS = studies.expand(STUDY)
+    # The study's own models and data, tried before any job (a child process, skipped when
+    # nothing changed since it last passed: dpstudy.jobs.usercheck).
+    usercheck.check(STUDY, ALL_CELLS, outputs.USER_CHECK)
     # Whether jobs reserve GPUs (config request_gpus): on a host without GPUs, device 'auto'
     # plans CPU cells, which reserve none.
     GPU_JOBS = requests_gpus(STUDY, visible_gpu_count())
@@ -45,6 +50,28 @@ CELLS = {cell.id: cell for cell in _kept}
 PRIORITIES = studies.run_priorities(CELLS.values())
 RECORDS = [outputs.record_path(cell) for cell in CELLS]
 DATA_ROOT = STUDY["data_root"]
+# Datasets by the folder they are prepared into (a user's function: its token).
+DATASETS_BY_FOLDER = {
+    user_data.folder_name(c.spec["dataset"]): c.spec["dataset"] for c in CELLS.values()
+}
+# The user's own datasets, and the fingerprint of what preparing each reads: a new one (images
+# added, the function edited) prepares it anew, and its cells rerun.
+USER_DATASETS = {
+    name: user_data.describe(name, STUDY["datasets"].get(name), STUDY["code_path"])
+    for name in DATASETS_BY_FOLDER.values()
+    if user_data.is_user(name)
+}
+USER_DATA_FINGERPRINTS = {
+    name: user_data.fingerprint(dataset) for name, dataset in USER_DATASETS.items()
+}
+# The user's model factories: editing one flags the cells made with it as stale (collect).
+USER_MODEL_FILES = sorted(
+    {
+        str(path)
+        for c in CELLS.values()
+        if (path := models.source_file(c.spec["model"], c.spec["code_path"]))
+    }
+)
 
 
 # Also what keeps {wildcards.cell} and {wildcards.dataset} plain words in shell commands.
@@ -61,16 +88,19 @@ def cell_spec(wildcards):
     return cell_of(wildcards).params()
 
 
+def dataset_meta(name):
+    return f"{DATA_ROOT}/{user_data.folder_name(name)}/meta.json"
+
+
 def cell_dataset(wildcards):
-    return f"{DATA_ROOT}/{cell_of(wildcards).spec['dataset']}/meta.json"
+    """The cell's prepared data: ancient for the registry's (preparing again reruns no cell), as
+    it is for a user's own (images added, the function edited: the cells rerun)."""
+    name = cell_of(wildcards).spec["dataset"]
+    return dataset_meta(name) if name in USER_DATASETS else ancient(dataset_meta(name))
 
 
 def cell_ext(wildcards):
-    return (
-        [outputs.EXT_BUILD]
-        if MODELS[cell_of(wildcards).spec["model"]].needs_ext
-        else []
-    )
+    return [outputs.EXT_BUILD] if models.needs_ext(cell_of(wildcards).spec["model"]) else []
 
 
 def cell_priority(wildcards):

@@ -16,7 +16,15 @@ rule prepare_data:
         "../envs/train.yaml"
     params:
         root=lambda wc, output: Path(output[0]).parent.parent,
-        overrides=lambda wc: studies.JsonDict(STUDY["datasets"].get(wc.dataset, {})),
+        name=lambda wc: DATASETS_BY_FOLDER.get(wc.dataset, wc.dataset),
+        overrides=lambda wc: studies.JsonDict(
+            STUDY["datasets"].get(DATASETS_BY_FOLDER.get(wc.dataset, wc.dataset), {})
+        ),
+        # a user dataset's: what its preparation reads (a changed one prepares it anew)
+        fingerprint=lambda wc: USER_DATA_FINGERPRINTS.get(
+            DATASETS_BY_FOLDER.get(wc.dataset, wc.dataset), ""
+        ),
+        code_path=lambda wc: STUDY["code_path"] or "",
     shell:
-        "python scripts/prepare_data.py {wildcards.dataset:q} --root {params.root:q}"
-        " --overrides {params.overrides:q} > {log:q} 2>&1"
+        "python scripts/prepare_data.py {params.name:q} --root {params.root:q}"
+        " --overrides {params.overrides:q} --code-path {params.code_path:q} > {log:q} 2>&1"

@@ -16,8 +16,9 @@ rule collect:
         plan=outputs.MEMORY_PLAN,
         # The collect script and everything it imports, the training code included (collect
         # flags the cells made with older training code): editing training code reruns no
-        # cell, but the tables and the report are redone.
+        # cell, but the tables and the report are redone. The same for the user's factories.
         code=code_files("scripts/collect.py"),
+        factories=USER_MODEL_FILES,
     output:
         TABLES,
     log:

@@ -4,8 +4,9 @@
 
 rule train:
     input:
-        # ancient: re-preparing a dataset or rebuilding the extension does not rerun the grid.
-        data=lambda wc: ancient(cell_dataset(wc)),
+        # ancient: re-preparing a registry dataset or rebuilding the extension does not rerun
+        # the grid; a user's own dataset prepared anew does (cell_dataset).
+        data=cell_dataset,
         ext=lambda wc: [ancient(path) for path in cell_ext(wc)],
         # Only a study with memory_budget_gib waits for the memory plan, whose verdicts it
         # needs. ancient: a new prediction reruns no cell. Caveat (Snakemake 9): a job whose
@@ -59,6 +60,9 @@ rule memory_plan:
     input:
         study=outputs.STUDY_YAML,
         code=code_files("scripts/memory_plan.py"),
+        # a user dataset's shape and classes are its prepared data's
+        data=[dataset_meta(name) for name in USER_DATASETS],
+        factories=USER_MODEL_FILES,
     output:
         outputs.MEMORY_PLAN,
     log:

@@ -14,8 +14,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpstudy import models
 from dpstudy.analysis import collect
-from dpstudy.record.provenance import code_version
+from dpstudy.record.provenance import code_version, user_hash
+
+
+def factory_hash(model: str, code_path: str | None) -> str | None:
+    """The current hash of a user factory's source (the records' code_version.user_hash)."""
+    try:
+        factory = models.source_file(model, code_path)
+    except ValueError:  # a model this checkout does not know (a record from elsewhere)
+        return None
+    return user_hash([factory] if factory else [])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("error: no records given (--records or --records-from)")
     try:
         plan = pd.read_csv(args.memory_plan) if args.memory_plan and args.memory_plan.is_file() else None
-        tables = collect.collect(paths, code_version(), plan)
+        tables = collect.collect(paths, code_version(), plan, factory_hash)
     except collect.RecordError as e:
         sys.exit(f"error: {e}")
     comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None

@@ -1,6 +1,6 @@
 """Set up dpstudy's virtual environment, with the lock's PyTorch or the host's, online or offline.
 
-    python3 scripts/setup_venv.py setup [--venv .venv] [--torch lock|system] [--wheels DIR] [--extras test,browser]
+    python3 scripts/setup_venv.py setup [--venv .venv] [--torch lock|system] [--wheels DIR] [--extras test,browser,timm]
     python3 scripts/setup_venv.py wheelhouse --dest DIR [--python-version 3.12] [--with-torch]
 
 `make setup`, `make wheelhouse` and `make run`/`make test` call it; the Makefile's variables TORCH,
@@ -44,7 +44,7 @@ TORCH_LOCK = REPO / "requirements" / "torch.txt"
 STATE_FILE = "dpstudy-setup.json"
 HOST_PTH = "dpstudy-host-torch.pth"
 MODES = ("lock", "system")
-DEFAULT_EXTRAS = "test,browser"
+DEFAULT_EXTRAS = "test,browser,timm"
 # pip settings that would let an offline install reach an index or another folder of wheels.
 PIP_SOURCES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,15 @@ from jsonschema import ValidationError
 
 from dpstudy.analysis import comparisons, memory, pivots, scaling, stats, strategies, summary
 from dpstudy.analysis.baseline import with_speedup
-from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
+from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS, column_value
 from dpstudy.record import fields as record
 from dpstudy.record.fields import EPOCH_FIELDS, OPTIONAL_SUMMARY_FIELDS, SUMMARY_FIELDS
 from dpstudy.study.outputs import STALE_FILE, TABLES
 from dpstudy.study.spec import devices as spec_devices
 from dpstudy.util.atomic import write_csv, write_text
 
+# (model, code_path) -> the current hash of a user factory's source, or None
+FactoryHash = Callable[[str, "str | None"], "str | None"]
 # env key -> cells.csv column; the resolved device is `env_device` because `device` is the
 # spec's request (auto | cuda | cpu).
 ENV_COLUMNS = {
@@ -169,7 +171,7 @@ def cell_settings(rec: dict[str, Any]) -> dict[str, Any]:
     spec, env = {**SPEC_DEFAULTS, **rec["spec"]}, rec["env"]
     return {
         "cell": rec["cell"],
-        **{k: spec.get(k) for k in SPEC_KEYS},
+        **{k: column_value(spec.get(k)) for k in SPEC_KEYS},
         "status": rec["status"],
         "devices": spec_devices(spec),
         "world_size": env.get("world_size"),
@@ -191,7 +193,22 @@ def other_load(epochs: list[dict[str, Any]]) -> float | None:
     return sum(loads) / len(loads) if loads else None
 
 
-def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[str, Any]:
+def is_stale(
+    code: dict[str, Any], spec: dict[str, Any], current_hash: str | None, factory_hash: FactoryHash | None
+) -> bool:
+    """Made with other training code than the current, or with another version of its factory
+    (`factory_hash(model, code_path)`: the current hash of a user factory's source, or None)."""
+    if code.get("source_hash") != current_hash:
+        return True
+    made_with = code.get("user_hash")
+    if made_with is None or factory_hash is None:
+        return False
+    return made_with != factory_hash(spec["model"], spec.get("code_path"))
+
+
+def cell_row(
+    path: str, rec: dict[str, Any], current_hash: str | None, factory_hash: FactoryHash | None = None
+) -> dict[str, Any]:
     epochs, summary, env = rec["epochs"], rec["summary"], rec["env"]
     code = env.get("code_version") or {}
     epochs_s = sum(e["wall_s"] + e["eval_s"] for e in epochs) if epochs else None
@@ -207,7 +224,7 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
         "peak_mem_mb_max": max(last_peaks, default=None),
         "peak_mem_mb_min": min(last_peaks, default=None),
         "other_load": other_load(epochs),
-        "stale": code.get("source_hash") != current_hash,
+        "stale": is_stale(code, rec["spec"], current_hash, factory_hash),
         "record": path,
         **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
         "gpu_names": "; ".join(env.get("gpus") or []) or None,
@@ -220,8 +237,10 @@ def cell_row(path: str, rec: dict[str, Any], current_hash: str | None) -> dict[s
     }
 
 
-def cells_table(records: list[tuple[str, dict]], current_hash: str | None) -> pd.DataFrame:
-    rows = [cell_row(path, rec, current_hash) for path, rec in records]
+def cells_table(
+    records: list[tuple[str, dict]], current_hash: str | None, factory_hash: FactoryHash | None = None
+) -> pd.DataFrame:
+    rows = [cell_row(path, rec, current_hash, factory_hash) for path, rec in records]
     cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
     cells = cells.astype(
         {
@@ -276,16 +295,21 @@ def util_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
 
 
 def collect(
-    record_paths: Iterable[str | Path], current_code_version: dict[str, Any], plan: pd.DataFrame | None = None
+    record_paths: Iterable[str | Path],
+    current_code_version: dict[str, Any],
+    plan: pd.DataFrame | None = None,
+    factory_hash: FactoryHash | None = None,
 ) -> dict[str, pd.DataFrame]:
     """{"cells", "epochs", "ranks", "util", "memory_split"} tables from the records at
     `record_paths`; `plan` is the memory plan (dpstudy.jobs.memory_plan) or None.
 
     A cell is stale when its record's code_version.source_hash differs from
-    `current_code_version["source_hash"]` (see dpstudy.record.provenance.code_version).
+    `current_code_version["source_hash"]` (see dpstudy.record.provenance.code_version), or its
+    user_hash from `factory_hash(model, code_path)`, the current hash of its model's factory
+    (scripts/collect.py gives it; this module imports neither the models nor the training code).
     """
     records = read_records(record_paths)
-    cells = cells_table(records, current_code_version.get("source_hash"))
+    cells = cells_table(records, current_code_version.get("source_hash"), factory_hash)
     return {
         "cells": cells,
         "epochs": epochs_table(records),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from dpstudy.study import schema
 
 SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
@@ -9,7 +12,29 @@ SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
 SPEC_DEFAULTS = schema.defaults("spec")
 # Keys that may differ between a cell and its single-device baseline. batch_scope and
 # lr_scaling change nothing on one device, so the baseline ignores them too.
-BASELINE_IGNORES = ("mode", "gpus", "nodes", "backend", "shard", "data_root", "repeat", "batch_scope", "lr_scaling")
+BASELINE_IGNORES = (
+    "mode",
+    "gpus",
+    "nodes",
+    "backend",
+    "shard",
+    "data_root",
+    "code_path",
+    "repeat",
+    "batch_scope",
+    "lr_scaling",
+)
 BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
 # A setting: a cell up to its repeat index; the repeats of a setting are summarised together.
-SETTING_KEYS = [k for k in SPEC_KEYS if k not in ("repeat", "data_root")] + ["devices", "env_device", "global_batch"]
+# (data_root and code_path say where the data and the user's code are, not what the cell does)
+SETTING_KEYS = [k for k in SPEC_KEYS if k not in ("repeat", "data_root", "code_path")] + [
+    "devices",
+    "env_device",
+    "global_batch",
+]
+
+
+def column_value(value: Any) -> Any:
+    """A spec value as a table holds it: a dict (model_args) as its key-sorted JSON text, which
+    groups, compares and reads back from CSV as itself."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict) else value

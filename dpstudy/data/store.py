@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpstudy.data import synthetic
+from dpstudy.data import synthetic, user
 from dpstudy.data.registry import DATASETS, GENERATED_ONLY, DatasetError, info, log
 from dpstudy.util.atomic import atomic_output, write_json
 from dpstudy.util.errors import ConfigError
@@ -28,7 +28,8 @@ GENERATED_SIZES = {"train_size": 10000, "test_size": 2000}  # divisible by 1, 2,
 
 
 def dataset_dir(name: str, root: str | Path) -> Path:
-    return Path(root) / name
+    """root/name; a user's function's dataset under its token (dpstudy.data.user.folder_name)."""
+    return Path(root) / user.folder_name(name)
 
 
 def is_ready(name: str, root: str | Path) -> bool:
@@ -51,8 +52,19 @@ def load_split(name: str, root: str | Path, split: str) -> tuple[torch.Tensor, t
     return blob["images"].contiguous(), blob["labels"]
 
 
+def shape_and_classes(name: str, root: str | Path) -> tuple[tuple[int, int, int], list[str]]:
+    """((channels, size, size), class names) of a dataset: the registry's, or for a user dataset
+    its prepared meta.json's."""
+    if not user.is_user(name):
+        dataset = info(name)
+        return (dataset.channels, dataset.size, dataset.size), list(dataset.classes)
+    meta = load_meta(name, root)
+    return tuple(meta["shape"]), meta["classes"]
+
+
 def _require_ready(name: str, root: str | Path) -> None:
-    info(name)
+    if not user.is_user(name):
+        info(name)
     if not is_ready(name, root):
         raise DatasetError(
             f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
@@ -60,25 +72,30 @@ def _require_ready(name: str, root: str | Path) -> None:
         )
 
 
-def prepare(name: str, root: str | Path, overrides: dict | None = None) -> Path:
-    """Make the dataset ready under root/name (download + verify, or generate); returns that folder.
+def prepare(name: str, root: str | Path, overrides: dict | None = None, code_path: str | None = None) -> Path:
+    """Make the dataset ready under root/name (download + verify, generate, or read a user's
+    folder or function: dpstudy.data.user); returns that folder. `overrides` are the study's
+    settings of the dataset (config datasets.NAME), `code_path` where a user's function is found.
 
     Does nothing when it is ready already. Safe against concurrent calls (a file lock) and
     against being killed (temporary files, meta.json last).
     """
     from filelock import FileLock
 
-    info(name)
     overrides = overrides or {}  # validated with the study (dpstudy.study.datasets.check_overrides)
+    own = user.describe(name, overrides, code_path) if user.is_user(name) else None
     folder = dataset_dir(name, root)
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(folder / ".prepare.lock"):
-        wanted = _generator_params(name, overrides)
-        if is_ready(name, root) and load_meta(name, root).get("generator") == wanted:
+        wanted = user.fingerprint(own) if own else _generator_params(name, overrides)
+        marker = "fingerprint" if own else "generator"
+        if is_ready(name, root) and load_meta(name, root).get(marker) == wanted:
             return folder
         (folder / "meta.json").unlink(missing_ok=True)  # the splits are about to change
         _remove_leftovers(folder)
-        if DATASETS[name].generated:
+        if own:
+            meta = _read_user(own, folder, wanted)
+        elif DATASETS[name].generated:
             meta = _generate(name, folder, wanted)
         else:
             meta = _download(name, folder, overrides)
@@ -106,7 +123,13 @@ def _generate(name: str, folder: Path, params: dict) -> dict[str, Any]:
     dataset = DATASETS[name]
     log(name, f"generating {params['train_size']} train + {params['test_size']} test samples, seed {params['seed']}")
     data = synthetic.splits(dataset.channels, dataset.size, **params)
-    return {**_write_splits(name, folder, data), "sources": {}, "generator": params}
+    return {**_write_splits(name, folder, data, dataset.classes), "sources": {}, "generator": params}
+
+
+def _read_user(dataset: user.UserDataset, folder: Path, fingerprint: str) -> dict[str, Any]:
+    data, classes = user.read_splits(dataset)
+    source = {"source": dataset.source, **({"path": dataset.path} if dataset.path else {})}
+    return {**_write_splits(dataset.name, folder, data, classes), "sources": source, "fingerprint": fingerprint}
 
 
 def _download(name: str, folder: Path, overrides: dict) -> dict[str, Any]:
@@ -119,7 +142,7 @@ def _download(name: str, folder: Path, overrides: dict) -> dict[str, Any]:
     finally:
         shutil.rmtree(workdir)  # the verified archives stay; extracted copies would double the disk use
     _check_shapes(name, data)
-    return {**_write_splits(name, folder, data), "sources": sources}
+    return {**_write_splits(name, folder, data, DATASETS[name].classes), "sources": sources}
 
 
 def _check_shapes(name: str, data: dict) -> None:
@@ -135,9 +158,8 @@ def _check_shapes(name: str, data: dict) -> None:
             raise DatasetError(f"dataset {name!r}: {split} labels outside 0..{len(dataset.classes) - 1}")
 
 
-def _write_splits(name: str, folder: Path, data: dict) -> dict[str, Any]:
+def _write_splits(name: str, folder: Path, data: dict, classes) -> dict[str, Any]:
     """Write train.pt/test.pt; return the meta fields that describe them."""
-    dataset = DATASETS[name]
     splits = {}
     for split, (images, labels) in data.items():
         file = f"{split}.pt"
@@ -147,8 +169,8 @@ def _write_splits(name: str, folder: Path, data: dict) -> dict[str, Any]:
     mean, std = channel_stats(data["train"][0])
     return {
         "name": name,
-        "shape": [dataset.channels, dataset.size, dataset.size],
-        "classes": list(dataset.classes),
+        "shape": list(data["train"][0].shape[1:]),
+        "classes": list(classes),
         "mean": mean,
         "std": std,
         "splits": splits,

@@ -2,9 +2,9 @@
 compiled are timed apart from the steady window, and the compiler's failures as a clear reason.
 
 torch.compile compiles lazily, at the first call with inputs no compiled graph's guards accept (the
-first step; an epoch's smaller last batch; evaluation mode), so the steps that compiled are the
-ones to time apart (`timed_compile`): the trainer leaves them out of the steady window and records
-their seconds as compile_s.
+first step; an epoch's smaller last batch), so the steps that compiled are the ones to time apart
+(`timed_compile`): the trainer leaves them out of the steady window and records their seconds as
+compile_s. Evaluation and the memory split run the compiled model eagerly (`eager`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,13 @@ def timed_compile(enabled: bool, par: Parallel):
     if compiled_graphs() != graphs:
         par.synchronize()
         timing.seconds = time.perf_counter() - start
+
+
+def eager(enabled: bool):
+    """Compiled modules run eagerly inside the block (torch.compiler.set_stance("force_eager")):
+    evaluation and the memory split, which compile is not measured for, then cost no compile of
+    their own (eval mode's graphs, the memory tracker's dispatch mode); the math is the same."""
+    return torch.compiler.set_stance("force_eager") if enabled else contextlib.nullcontext()
 
 
 def compiled_graphs() -> int:
@@ -73,8 +80,8 @@ def compile_before_wrap(model: nn.Module, par: Parallel) -> nn.Module:
         units = shard_units(model)
         # Dynamo keeps a limited number of graphs per code object, and the units of one class share
         # their forward's code (LeNet's three Linear layers, ResNet's eight blocks), each with its
-        # own shapes, in training and evaluation and for a smaller last batch: room for them all,
-        # or the units past the limit would silently run uncompiled.
+        # own shapes, for a full and a smaller last batch (evaluation runs eagerly): room for them
+        # all, or the units past the limit would silently run uncompiled.
         config = torch._dynamo.config
         config.cache_size_limit = max(config.cache_size_limit, 4 * len(units))
         for unit in units:

@@ -123,7 +123,9 @@ def fsdp_overlap(trainer, steps: int) -> dict:
         classes = model(x0[:1]).shape[1]
     # The compute of the same step without FSDP: a replica of the architecture (weights do not
     # change its time), cast as FSDP's policy casts (autocast stands in for the bf16/fp16 copies).
-    replica = models.build(trainer.spec["model"], x0.shape[1], x0.shape[2], classes).to(par.device)
+    spec = trainer.spec
+    replica = models.build(spec["model"], x0.shape[1], x0.shape[2], classes, spec["model_args"], spec["code_path"])
+    replica = replica.to(par.device)
     if trainer.spec["channels_last"]:
         replica = replica.to(memory_format=torch.channels_last)
     amp = trainer.amp_dtype

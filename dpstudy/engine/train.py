@@ -14,11 +14,13 @@ from dpstudy import models
 from dpstudy.data import store as data
 from dpstudy.engine import memory, probe
 from dpstudy.engine.compiling import compile_after_wrap, compile_before_wrap, compiler_errors, timed_compile
+from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.loaders import make_loader
 from dpstudy.engine.monitor import HostLoad, UtilSampler, peak_memory_mb, reset_peaks
 from dpstudy.engine.outcome import Outcome
 from dpstudy.engine.parallel import Parallel, Skip, pin_to_cores, plan, resolve_device, threads_per_process
 from dpstudy.ext.loader import check_kernels
+from dpstudy.record import provenance
 from dpstudy.record.envinfo import environment, rank_host
 from dpstudy.study import spec as specs
 
@@ -134,10 +136,15 @@ class Trainer:
             "other_load": max(0.0, (machine - own) / self.spec["nodes"]),
         }
 
-    @torch.no_grad()
     def evaluate(self) -> dict:
-        """The whole test set exactly once: ranks take disjoint shards, sums are all-reduced."""
-        # compiled ddp (compile_after_wrap) evaluates its plain module: DDP's forward is not for evaluation
+        """The whole test set exactly once: ranks take disjoint shards, sums are all-reduced. A
+        compiled model is evaluated eagerly (compiling.eager): the same function, no eval-mode
+        graphs to compile, and evaluation is never part of the throughput."""
+        with compiling_eager(self.compiled), torch.no_grad():
+            return self.evaluate_once()
+
+    def evaluate_once(self) -> dict:
+        # ddp evaluates its plain module: DDP's forward is not for evaluation
         wrapped = getattr(self.model, "_orig_mod", self.model) if self.par.mode == "ddp" else self.model
         module = (
             wrapped.module if isinstance(wrapped, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else wrapped
@@ -152,7 +159,7 @@ class Trainer:
         compile_s = 0.0
         for x, y in self.test_data:
             with timed_compile(self.compiled, self.par) as compiling, compiler_errors(self.compiled), self.autocast():
-                logits = model(x)  # eval mode: graphs of its own, compiled here (inside eval_s)
+                logits = model(x)  # eagerly (see evaluate): no graph compiles here, eval_compile_s stays 0
             compile_s += compiling.seconds
             loss = F.cross_entropy(logits.float(), y, reduction="sum")
             totals += torch.stack(
@@ -210,7 +217,7 @@ def injected_fault(rank: int):
 def load_datasets(spec: dict, par: Parallel):
     root, name = spec["data_root"], spec["dataset"]
     if not data.is_ready(name, root):
-        if not data.DATASETS[name].generated:
+        if name not in data.DATASETS or not data.DATASETS[name].generated:  # downloaded, or the user's
             raise data.DatasetError(
                 f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
                 f"or `python scripts/prepare_data.py {name} --root {root}` first"
@@ -256,6 +263,13 @@ def effective_seed(spec: dict) -> int:
     return spec["seed"] + 1000 * spec["repeat"]
 
 
+def with_user_code(env: dict, spec: dict) -> dict:
+    """env with the hash of the user's factory in its code version (none for other models)."""
+    factory = models.source_file(spec["model"], spec["code_path"])
+    user = provenance.user_hash([factory] if factory else [])
+    return {**env, "code_version": {**env["code_version"], "user_hash": user}} if user else env
+
+
 def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
     """Train the cell and write out_dir/record.json; returns the process exit code."""
     outcome = Outcome(out_dir, cell, spec, t0)
@@ -279,7 +293,7 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
     threads = threads_per_process(cores, par.local_world_size) if on_cpu else torch.get_num_threads()
     pinned = pin_to_cores(par.local_rank, threads) if on_cpu else []  # before torch starts its threads
     torch.set_num_threads(threads)
-    outcome.env = environment(par.world_size, par.device.type, threads, spec["nodes"])
+    outcome.env = with_user_code(environment(par.world_size, par.device.type, threads, spec["nodes"]), spec)
     sampler = None
     try:
         par.start()
@@ -289,8 +303,10 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         torch.manual_seed(effective_seed(spec))
         meta, (train_data, test_data) = load_datasets(spec, par)
         channels, size = meta["shape"][0], meta["shape"][1]
-        model = models.build(spec["model"], channels, size, len(meta["classes"])).to(par.device)
-        if models.MODELS[spec["model"]].needs_ext:
+        model = models.build(
+            spec["model"], channels, size, len(meta["classes"]), spec["model_args"], spec["code_path"]
+        ).to(par.device)
+        if models.needs_ext(spec["model"]):
             check_kernels(par.devices())  # refuse a build without kernels for these GPUs, with the reason
         if spec["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
@@ -302,7 +318,8 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         trainer.run(outcome.epochs.append)
         outcome.util = sampler.stop()
         outcome.probe = probe.measure(trainer)
-        outcome.memory = memory.measure(trainer)
+        with compiling_eager(trainer.compiled):  # the split the memory plan predicts: eager's
+            outcome.memory = memory.measure(trainer)
         if par.is_main:
             outcome.write("ok")
         par.close()

@@ -49,12 +49,11 @@ def predict(spec: dict) -> dict[str, list[float]]:
     measures them; raises when the model cannot run on fake tensors (e.g. a custom kernel)."""
     import torch
 
-    from dpstudy.data.registry import info
+    from dpstudy.data.store import shape_and_classes
 
-    dataset = info(spec["dataset"])
-    shape = (dataset.channels, dataset.size, dataset.size)
+    shape, classes = shape_and_classes(spec["dataset"], spec["data_root"])  # a user's: once prepared
     devices, batch = specs.devices(spec), specs.per_device_batch(spec)
-    parts, gradient_mb = tracked_fake_step(spec, shape, len(dataset.classes), batch)
+    parts, gradient_mb = tracked_fake_step(spec, shape, len(classes), batch)
     if spec["mode"] == "ddp":
         parts = {**parts, "activations": parts["activations"] + gradient_mb, "peak": parts["peak"] + gradient_mb}
     split = {f"{p}_mb": [parts[p]] * devices for p in PARTS} | {"peak_mb": [parts["peak"]] * devices}
@@ -99,7 +98,7 @@ def tracked_fake_step(
         # built on the meta device, where initialisers do nothing: some (trunc_normal_'s rejection
         # sampling) read values back, which fake tensors cannot; the step needs shapes only
         with torch.device("meta"):
-            model = models.build(spec["model"], shape[0], shape[1], classes)
+            model = models.build(spec["model"], shape[0], shape[1], classes, spec["model_args"], spec["code_path"])
         # non-fake inputs (the meta parameters to_empty replaces) become fake tensors
         with FakeTensorMode(allow_non_fake_inputs=True):
             model = model.to_empty(device="cpu")

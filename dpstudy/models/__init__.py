@@ -1,14 +1,25 @@
-"""The model registry: every model of the source reports, adapted to any dataset shape.
+"""The models a study can name, each adapted to any dataset shape:
+
+  a registry name     every model of the source reports (MODELS)
+  torchvision:<name>  a classification model of torchvision.models, random weights
+  timm:<name>         a model of timm (optional dependency: pip install dpstudy[timm]), random weights
+  <module>:<callable> a factory of the user's, importable from the study's code_path or the Python
+                      path, called with num_classes, in_channels, image_size and the cell's model_args
 
 The registry names import paths rather than classes so that reading it (the Snakefile does,
-for validation) does not import torch.
+for validation) does not import torch; so does everything here but build and cost.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpstudy.util import refs
+from dpstudy.util.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -36,23 +47,81 @@ MODELS: dict[str, ModelInfo] = {
 }
 
 
+# `<library>:<name>` models, built by dpstudy.models.external (timm names may carry a .tag)
+LIBRARIES = ("torchvision", "timm")
+LIBRARY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$(?!\n)")
+KINDS = ("registry", *LIBRARIES, "factory")
+
+
+def kind(model: str) -> str:
+    """Which of KINDS `model` names; ConfigError when it is none of them."""
+    if model in MODELS:
+        return "registry"
+    library, _, name = model.partition(":")
+    if library in LIBRARIES and LIBRARY_NAME.match(name):
+        return library
+    if refs.split(model):
+        return "factory"
+    raise ConfigError(
+        f"model {model!r} is not one of {sorted(MODELS)}, torchvision:<name>, timm:<name> "
+        "or a factory <module>:<callable>"
+    )
+
+
+def token(model: str) -> str:
+    """The model as a cell id spells it: a registry name as it is, torchvision_resnet18,
+    timm_convnext_atto, a factory's name and a short hash of its reference (make_net_3fa2c1)."""
+    model_kind = kind(model)
+    if model_kind == "registry":
+        return model
+    if model_kind == "factory":
+        return refs.token(model)
+    return refs.safe_token(model.replace(":", "_"))
+
+
+def needs_ext(model: str) -> bool:
+    """Whether the model runs the project's C++/CUDA extension (registry models only)."""
+    return model in MODELS and MODELS[model].needs_ext
+
+
+def source_file(model: str, code_path: str | Path | None = None) -> Path | None:
+    """The user factory's source file (its module), or None for a registry or library model."""
+    return refs.source_file(model, code_path) if kind(model) == "factory" else None
+
+
 def model_class(name: str) -> type:
     module, cls = MODELS[name].target.split(":")
     return getattr(importlib.import_module(module), cls)
 
 
-def build(name: str, channels: int, size: int, classes: int = 10) -> nn.Module:
-    if name not in MODELS:
-        raise KeyError(f"model {name!r} is not one of {sorted(MODELS)}")
-    return model_class(name)(channels, size, classes)
+def build(
+    name: str,
+    channels: int,
+    size: int,
+    classes: int = 10,
+    args: dict[str, Any] | None = None,
+    code_path: str | Path | None = None,
+) -> nn.Module:
+    """The model `name` for images of `channels` x `size` x `size` and `classes` classes; `args`
+    (the cell's model_args) go to a library model's constructor or a user factory."""
+    model_kind = kind(name)
+    if model_kind == "registry":
+        if args:
+            raise ConfigError(f"model_args {args} apply to torchvision:, timm: and factory models, not to {name!r}")
+        return model_class(name)(channels, size, classes)
+    from dpstudy.models import external
+
+    return external.build(model_kind, name, channels, size, classes, args or {}, code_path)
 
 
-def cost(name: str, channels: int, size: int, classes: int = 10) -> dict[str, int]:
+def cost(
+    name: str, channels: int, size: int, classes: int = 10, args: dict | None = None, code_path: str | None = None
+) -> dict[str, int]:
     """Parameter count and training FLOPs per sample (forward + backward, counted by torch)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    model = build(name, channels, size, classes)
+    model = build(name, channels, size, classes, args, code_path)
     batch = 2  # BatchNorm needs more than one sample in training mode
     x = torch.randn(batch, channels, size, size)
     counter = FlopCounterMode(display=False)

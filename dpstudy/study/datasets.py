@@ -1,18 +1,43 @@
-"""A study's dataset overrides (config `datasets`), checked against the registry when the study
-loads, so a wrong key stops the workflow before any job starts."""
+"""A study's datasets (config `datasets`, each sweep's `dataset`), checked when the study loads, so
+a wrong key, a missing folder or an unknown name stops the workflow before any job starts: a
+registry dataset's overrides against the registry, a user's own dataset by dpstudy.data.user."""
 
 from __future__ import annotations
 
-from dpstudy.data.registry import DOWNLOADED_ONLY, GENERATED_ONLY, info
+from dpstudy.data import user
+from dpstudy.data.registry import DATASETS, DOWNLOADED_ONLY, GENERATED_ONLY, info
 from dpstudy.study import schema
+from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
 
 
-def check_overrides(name: str, overrides: dict | None) -> dict:
-    """The overrides of one dataset (config `datasets.NAME`), validated; ConfigError names the key."""
-    dataset, overrides = info(name), {} if overrides is None else overrides
+def check_named(name: str, declared: dict, where: str) -> None:
+    """A sweep's dataset is the registry's, declared under `datasets`, or a function."""
+    if name in DATASETS or name in declared or refs.split(name):
+        return
+    raise ConfigError(
+        f"{where}dataset {name!r} is not one of the registry's ({', '.join(sorted(DATASETS))}), not declared "
+        f"under datasets (an image folder: datasets.{name}: {{path: ..., image_size: ...}}) and not a "
+        "function <module>:<callable>"
+    )
+
+
+def check_overrides(name: str, overrides: dict | None, code_path: str | None = None) -> dict:
+    """The settings of one dataset (config `datasets.NAME`), validated; ConfigError names the key.
+    A user dataset's folder is looked at (it exists, has class folders with images)."""
+    overrides = {} if overrides is None else overrides
     where = f"datasets.{name}: "
     schema.check(overrides, "dataset_overrides", where)
+    if user.is_user(name):
+        wrong = [k for k in (*DOWNLOADED_ONLY, *GENERATED_ONLY) if k in overrides]
+        if wrong:
+            raise ConfigError(f"{where}{wrong[0]!r} applies to the registry's datasets only")
+        user.describe(name, overrides, code_path)
+        return overrides
+    dataset = info(name)
+    own = [k for k in user.USER_KEYS if k in overrides]
+    if own:
+        raise ConfigError(f"{where}{own[0]!r} applies to a dataset of your own, not to the registry's {name!r}")
     wrong_kind = DOWNLOADED_ONLY if dataset.generated else GENERATED_ONLY
     for key in wrong_kind:
         if key in overrides:

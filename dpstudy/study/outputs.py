@@ -59,6 +59,8 @@ REPORT_NOTEBOOK = f"{REPORT_DIR}/report.ipynb"
 STUDY_YAML = f"{REPORT_DIR}/study.yaml"
 # Every cell's predicted peak memory per device, written before any training (dpstudy.jobs.memory_plan).
 MEMORY_PLAN = f"{RESULTS}/plan/memory.csv"
+# The last check of the study's own models and data that passed (dpstudy.jobs.usercheck).
+USER_CHECK = f"{RESULTS}/plan/user_check.json"
 
 
 def cell_dir(cell: str) -> str:

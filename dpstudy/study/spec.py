@@ -44,13 +44,17 @@ def complete(raw: dict[str, Any], where: str = "spec: ") -> dict[str, Any]:
 
 def check_rules(cell: dict[str, Any], where: str = "") -> None:
     """The cross-key rules of a cell; `where` prefixes the message (e.g. the sweep's name)."""
-    from dpstudy.data.registry import DATASETS
-    from dpstudy.models import MODELS
+    from dpstudy import models
 
-    if cell["dataset"] not in DATASETS:
-        raise ConfigError(f"{where}dataset {cell['dataset']!r} is not one of {sorted(DATASETS)}")
-    if cell["model"] not in MODELS:
-        raise ConfigError(f"{where}model {cell['model']!r} is not one of {sorted(MODELS)}")
+    try:
+        kind = models.kind(cell["model"])
+    except ConfigError as error:
+        raise ConfigError(f"{where}{error}") from None
+    if cell.get("model_args") and kind == "registry":
+        raise ConfigError(
+            f"{where}model_args {cell['model_args']} apply to torchvision:, timm: and factory models, "
+            f"not to the registry's {cell['model']!r}"
+        )
     gap = setup_gap(cell)
     if gap:
         raise ConfigError(where + gap)

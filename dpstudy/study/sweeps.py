@@ -51,11 +51,14 @@ class Cell:
         return self.spec["gpus"]
 
     def params(self) -> JsonDict:
-        return JsonDict(self.spec)
+        """The spec as the train rule's params: keys that hold nothing (model_args {}, code_path
+        null) are left out, so that a setting added later reruns none of the cells made before it."""
+        return JsonDict({k: v for k, v in self.spec.items() if v is not None and v != {}})
 
 
-def load(config: dict[str, Any]) -> dict[str, Any]:
-    """The validated study with every documented default filled in."""
+def load(config: dict[str, Any], config_files: Iterable[str] = ()) -> dict[str, Any]:
+    """The validated study with every documented default filled in; `config_files` are the files
+    it came from (the first one's folder is the default code_path)."""
     study = copy.deepcopy(config)
     sweeps = study.get("sweeps")
     for i, sweep in enumerate(sweeps if isinstance(sweeps, list) else []):
@@ -73,8 +76,12 @@ def load(config: dict[str, Any]) -> dict[str, Any]:
                     study[key].setdefault(inner, inner_prop["default"])
     if study["ext"]["cuda_arch"] is not None:
         ext_arch.split(study["ext"]["cuda_arch"])  # the list syntax; the error names ext.cuda_arch
+    if study["code_path"] is None:
+        study["code_path"] = default_code_path(config_files)
     for name, overrides in study["datasets"].items():
-        datasets.check_overrides(name, overrides)
+        datasets.check_overrides(name, overrides, study["code_path"])
+    for sweep in study["sweeps"]:
+        datasets.check_named(sweep["dataset"], study["datasets"], f"sweep {sweep['name']!r}: ")
     names = [s["name"] for s in study["sweeps"]]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
@@ -92,6 +99,19 @@ def load(config: dict[str, Any]) -> dict[str, Any]:
             for value in values:
                 schema.check_property(ref, key, value, where=f"sweep {sweep['name']!r}: ")
     return study
+
+
+def default_code_path(config_files: Iterable[str]) -> str | None:
+    """The folder of the study's config file (the first one), relative to the working directory
+    when inside it: where the study's own models and dataset functions are imported from."""
+    import os
+
+    files = list(config_files)
+    if not files:
+        return None
+    folder = os.path.dirname(os.path.abspath(files[0]))
+    inside = not os.path.relpath(folder).startswith("..")
+    return os.path.relpath(folder) if inside else folder
 
 
 def sweep_combinations(sweep: dict[str, Any]) -> list[dict[str, Any]]:
@@ -112,6 +132,12 @@ def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
         "shard": specs.shard_of(mode, combo.get("shard", "none")),
     }
     return None if specs.setup_gap(combo) else combo
+
+
+def is_factory(model: str) -> bool:
+    from dpstudy import models
+
+    return ":" in model and model.partition(":")[0] not in models.LIBRARIES
 
 
 def dataset_of(study: dict[str, Any], sweep: dict[str, Any]) -> str:
@@ -150,6 +176,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
             "model": sweep["model"],
             "device": study["device"],
             "data_root": study["data_root"],
+            "code_path": study["code_path"] if is_factory(sweep["model"]) else None,
         }
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)

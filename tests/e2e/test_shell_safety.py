@@ -184,6 +184,13 @@ REJECTED = {
     "sweep_name": ('x"; touch {s}; "', "name:", lambda c, v: sweep(c).update(name=v)),
     "sweep_dataset": ("synthetic$(touch {s})", "dataset", lambda c, v: sweep(c).update(dataset=v)),
     "sweep_model": ("lenet && touch {s}", "model", lambda c, v: sweep(c).update(model=v)),
+    "library_model": ("torchvision:resnet18;touch {s}", "model", lambda c, v: sweep(c).update(model=v)),
+    "factory_model": ("nets:make$(touch {s})", "model", lambda c, v: sweep(c).update(model=v)),
+    "dataset_source": (
+        "imagefolder`touch {s}`",
+        "datasets.own.source",
+        lambda c, v: c["datasets"].update(own={"source": v, "path": "x", "image_size": 8}),
+    ),
     "grid_value": ("none; touch {s}", "augment", lambda c, v: sweep(c)["grid"].update(augment=[v])),
     "set_value": ("fp32`touch {s}`", "set.precision", lambda c, v: sweep(c).update(set={"precision": v})),
     "defaults_value": ("sgd\ntouch {s}", "defaults.optimizer", lambda c, v: c.update(defaults={"optimizer": v})),
@@ -215,18 +222,20 @@ ARCH_LISTS = ["8.0;9.0+PTX", "8.0, 9.0", "8.6 9.0a", "10.0f", "7.5,8.0 9.0+PTX"]
 
 
 def accepted_study(index: int, sentinels: Path) -> tuple[dict, list[str]]:
-    """A study planting shell code in every free-form value it can (data_root in one form; a
-    mirror per downloadable dataset, rotating through every form) and an architecture list with
-    spaces; the values that must arrive whole. (md5 file names are not free-form: REJECTED.)"""
+    """A study planting shell code in every free-form value it can (data_root and code_path in one
+    form; a mirror per downloadable dataset, rotating through every form) and an architecture list
+    with spaces; the values that must arrive whole. (md5 file names are not free-form: REJECTED.)"""
     forms = list(INJECTIONS)
     data_root = inject(DATA_ROOT_FORMS[index], sentinels, "data_root")
     mirrors = {
         name: "https://mirror.example/" + inject(forms[(index + j) % len(forms)], sentinels, f"mirror_{name}")
         for j, name in enumerate(DOWNLOADABLE)
     }
+    code_path = inject(DATA_ROOT_FORMS[index], sentinels, "code_path")  # reaches the data rule
     config = copy.deepcopy(BASE)
     config.update(
         data_root=data_root,
+        code_path=code_path,
         device="cuda" if index == 0 else "auto",  # cuda: the build gets --require-cuda, the cells GPUs
         ext={"cuda_arch": ARCH_LISTS[index]},
     )
@@ -234,7 +243,7 @@ def accepted_study(index: int, sentinels: Path) -> tuple[dict, list[str]]:
     config["sweeps"] += [
         {"name": name, "dataset": name, "model": "lenet", "grid": {"mode": ["single"]}} for name in DOWNLOADABLE
     ]
-    return config, [data_root, *mirrors.values(), ARCH_LISTS[index]]
+    return config, [data_root, code_path, *mirrors.values(), ARCH_LISTS[index]]
 
 
 @pytest.mark.parametrize("index", range(len(DATA_ROOT_FORMS)), ids=DATA_ROOT_FORMS)

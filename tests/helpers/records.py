@@ -325,11 +325,11 @@ def render_report(root: Path, records: list[dict[str, Any]], study: str, config_
 
 def cells_frame(rows: list[tuple[str, int, float]]) -> pd.DataFrame:
     """Minimal cells: (mode, gpus, samples_per_s) at one batch, one repeat index each."""
-    from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS
+    from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS, column_value
 
     out = []
     for i, (mode, gpus, speed) in enumerate(rows):
-        spec = {k: SPEC_DEFAULTS.get(k) for k in SPEC_KEYS}
+        spec = {k: column_value(SPEC_DEFAULTS.get(k)) for k in SPEC_KEYS}
         spec.update(
             dataset="synthetic",
             model="lenet",

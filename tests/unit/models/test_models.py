@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from dpstudy.models import MODELS, build, cost
+from dpstudy.util.errors import ConfigError
 
 SHAPES = {"gray28": (1, 28), "rgb32": (3, 32), "stl96": (3, 96)}
 PLAIN = [name for name, info in MODELS.items() if not info.needs_ext]
@@ -37,5 +38,5 @@ def test_stats_count_parameters_and_flops():
 
 
 def test_unknown_model_is_an_error():
-    with pytest.raises(KeyError, match="model 'gpt'"):
+    with pytest.raises(ConfigError, match=r"model 'gpt' is not one of \['lenet', "):
         build("gpt", 1, 28)

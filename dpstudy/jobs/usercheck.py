@@ -1,0 +1,183 @@
+"""Before any job: a study's own models and data, tried where Snakemake plans.
+
+For every model outside the registry (torchvision:, timm:, a factory) and every model on a dataset
+of the user's own, a child process builds the model for the dataset (channels, size, classes) with
+the cell's model_args and runs one batch of two images through it: a factory that cannot be
+imported, one with the wrong signature, a library model that does not exist or does not take an
+argument, a model whose output is not `num_classes` logits, each becomes one error naming the
+sweep, the setting and the cause, and the workflow stops before any job starts. A dataset
+function is imported and called (its data's shape is what the models are tried on) unless its
+prepared data is current. Nothing is written but the verdict: results/plan/user_check.json
+remembers a check that passed, keyed by a hash of everything it read, so that planning again
+after no change starts no process.
+
+The child runs in its own process so that Snakemake's (which imports no torch) stays light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from dpstudy import models
+from dpstudy.data import user
+from dpstudy.data.registry import DATASETS
+from dpstudy.util.atomic import write_json
+from dpstudy.util.errors import ConfigError
+
+BATCH = 2  # images per trial batch (BatchNorm in training mode needs two; the trial runs in eval)
+TIMEOUT_S = 900
+
+
+def trials(study: dict[str, Any], cells: Iterable) -> dict[str, Any]:
+    """What the child tries: each distinct (model, model_args, dataset) of a cell whose model or
+    dataset is not the registry's, with the sweeps that use it; and the user datasets."""
+    combos: dict[str, dict] = {}
+    for cell in cells:
+        spec = cell.spec
+        if models.kind(spec["model"]) == "registry" and not user.is_user(spec["dataset"]):
+            continue
+        entry = {
+            "model": spec["model"],
+            "model_args": spec["model_args"],
+            "dataset": spec["dataset"],
+            "code_path": spec["code_path"],
+        }
+        key = json.dumps(entry, sort_keys=True)
+        combos.setdefault(key, {**entry, "sweeps": []})
+        if cell.sweep not in combos[key]["sweeps"]:
+            combos[key]["sweeps"].append(cell.sweep)
+    names = sorted({c["dataset"] for c in combos.values() if user.is_user(c["dataset"])})
+    datasets = {name: user_dataset_of(study, name) for name in names}
+    return {
+        "data_root": study["data_root"],
+        "models": list(combos.values()),
+        "datasets": {name: {**user.settings_of(d), "code_path": d.code_path} for name, d in datasets.items()},
+        "fingerprints": {name: user.fingerprint(d) for name, d in datasets.items()},
+    }
+
+
+def user_dataset_of(study: dict[str, Any], name: str) -> user.UserDataset:
+    return user.describe(name, study["datasets"].get(name), study["code_path"])
+
+
+def fingerprint(work: dict[str, Any]) -> str:
+    """A hash of the trials and of the sources they import (factories, dataset functions)."""
+    digest = hashlib.sha256(json.dumps(work, sort_keys=True).encode())
+    for combo in work["models"]:
+        source = models.source_file(combo["model"], combo["code_path"])
+        digest.update(source.read_bytes() if source else b"")
+    return digest.hexdigest()
+
+
+def check(study: dict[str, Any], cells: Iterable, verdict_path: str, python: str = sys.executable) -> None:
+    """Raise ConfigError with every problem of the study's own models and data (see the module
+    docstring); quick when nothing changed since the last check passed."""
+    work = trials(study, cells)
+    if not work["models"]:
+        return
+    key = fingerprint(work)
+    try:
+        if json.loads(Path(verdict_path).read_text()).get("fingerprint") == key:
+            return
+    except (OSError, ValueError):
+        pass
+    errors = run_child(work, python)
+    if errors:
+        raise ConfigError("\n".join(errors))
+    write_json(verdict_path, {"fingerprint": key, "models": len(work["models"])})
+
+
+def run_child(work: dict[str, Any], python: str) -> list[str]:
+    try:
+        done = subprocess.run(
+            [python, "-m", "dpstudy.jobs.usercheck"],
+            input=json.dumps(work),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return [f"checking the study's own models and data took more than {TIMEOUT_S} s"]
+    if done.returncode != 0:
+        return [f"checking the study's own models and data failed:\n{done.stderr.strip()[-3000:]}"]
+    return json.loads(done.stdout)["errors"]
+
+
+# ---- the child ----------------------------------------------------------------------------------
+
+
+def dataset_shape(name: str, settings: dict, data_root: str, fingerprint: str | None) -> tuple[tuple, int]:
+    """((channels, size, size), number of classes) of a dataset for the trial: the registry's, an
+    image folder's settings and class folders, or a function's data (its prepared meta when
+    current, else the function called)."""
+    if name in DATASETS:
+        info = DATASETS[name]
+        return (info.channels, info.size, info.size), len(info.classes)
+    dataset = user.describe(name, {k: v for k, v in settings.items() if k != "code_path"}, settings["code_path"])
+    if dataset.is_folder:
+        classes = user.class_folders(dataset.path, "")
+        return (dataset.channels, dataset.image_size, dataset.image_size), len(classes)
+    from dpstudy.data import store
+
+    if store.is_ready(name, data_root):
+        meta = store.load_meta(name, data_root)
+        if meta.get("fingerprint") == fingerprint:
+            return tuple(meta["shape"]), len(meta["classes"])
+    splits, classes = user.read_splits(dataset)
+    return tuple(splits["train"][0].shape[1:]), len(classes)
+
+
+def try_model(combo: dict, shape: tuple, classes: int) -> str | None:
+    """None when the model builds for the dataset and gives `classes` logits per image; else why."""
+    import torch
+
+    try:
+        model = models.build(combo["model"], shape[0], shape[1], classes, combo["model_args"], combo["code_path"])
+        model.eval()
+        with torch.no_grad():
+            output = model(torch.zeros(BATCH, *shape))
+    except ConfigError as error:
+        return str(error)
+    except Exception as error:
+        return f"fails on a batch {(BATCH, *shape)}: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    got = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+    if got != (BATCH, classes):
+        return f"returned {got} for a batch {(BATCH, *shape)}; expected ({BATCH}, {classes}): one logit per class"
+    return None
+
+
+def child(work: dict[str, Any]) -> list[str]:
+    errors, shapes = [], {}
+    for name, settings in work["datasets"].items():
+        try:
+            shapes[name] = dataset_shape(name, settings, work["data_root"], work["fingerprints"].get(name))
+        except Exception as error:  # a function that cannot be imported, called or read
+            errors.append(f"dataset {name!r}: {type(error).__name__}: {error}")
+    for combo in work["models"]:
+        where = f"sweep{'s' if len(combo['sweeps']) > 1 else ''} {', '.join(map(repr, combo['sweeps']))}: "
+        args = f" with model_args {combo['model_args']}" if combo["model_args"] else ""
+        name = combo["dataset"]
+        if name in DATASETS:
+            shapes.setdefault(name, dataset_shape(name, {}, work["data_root"], None))
+        if name not in shapes:
+            continue  # its dataset's error is reported
+        problem = try_model(combo, *shapes[name])
+        if problem:
+            errors.append(f"{where}model {combo['model']!r}{args} on dataset {name!r}: {problem}")
+    return errors
+
+
+def main() -> int:
+    work = json.loads(sys.stdin.read())
+    print(json.dumps({"errors": child(work)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
