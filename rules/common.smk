@@ -100,7 +100,11 @@ def cell_dataset(wildcards):
 
 
 def cell_ext(wildcards):
-    return [outputs.EXT_BUILD] if models.needs_ext(cell_of(wildcards).spec["model"]) else []
+    return (
+        [outputs.EXT_BUILD]
+        if models.needs_ext(cell_of(wildcards).spec["model"])
+        else []
+    )
 
 
 def cell_priority(wildcards):

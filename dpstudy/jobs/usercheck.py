@@ -152,15 +152,22 @@ def try_model(combo: dict, shape: tuple, classes: int) -> str | None:
     return None
 
 
+def sweeps_text(sweeps: list[str]) -> str:
+    return f"sweep{'s' if len(sweeps) > 1 else ''} {', '.join(map(repr, sweeps))}: "
+
+
 def child(work: dict[str, Any]) -> list[str]:
     errors, shapes = [], {}
     for name, settings in work["datasets"].items():
+        users = list(dict.fromkeys(s for c in work["models"] if c["dataset"] == name for s in c["sweeps"]))
         try:
             shapes[name] = dataset_shape(name, settings, work["data_root"], work["fingerprints"].get(name))
-        except Exception as error:  # a function that cannot be imported, called or read
-            errors.append(f"dataset {name!r}: {type(error).__name__}: {error}")
+        except ConfigError as error:  # a function that cannot be imported or called
+            errors.append(f"{sweeps_text(users)}dataset {name!r}: {error}")
+        except Exception as error:  # or that fails, or returns what is no dataset
+            errors.append(f"{sweeps_text(users)}dataset {name!r}: {type(error).__name__}: {error}")
     for combo in work["models"]:
-        where = f"sweep{'s' if len(combo['sweeps']) > 1 else ''} {', '.join(map(repr, combo['sweeps']))}: "
+        where = sweeps_text(combo["sweeps"])
         args = f" with model_args {combo['model_args']}" if combo["model_args"] else ""
         name = combo["dataset"]
         if name in DATASETS:

@@ -22,17 +22,21 @@ def check_named(name: str, declared: dict, where: str) -> None:
     )
 
 
-def check_overrides(name: str, overrides: dict | None, code_path: str | None = None) -> dict:
-    """The settings of one dataset (config `datasets.NAME`), validated; ConfigError names the key.
-    A user dataset's folder is looked at (it exists, has class folders with images)."""
+def check_overrides(
+    name: str, overrides: dict | None, code_path: str | None = None, used_by: list[str] | tuple = ()
+) -> dict:
+    """The settings of one dataset (config `datasets.NAME`), validated; ConfigError names the key,
+    and the sweeps that use the dataset (`used_by`). A user dataset's folder is looked at (it
+    exists, has class folders with images)."""
     overrides = {} if overrides is None else overrides
-    where = f"datasets.{name}: "
+    sweeps = f"sweep{'s' if len(used_by) > 1 else ''} {', '.join(map(repr, used_by))}: " if used_by else ""
+    where = f"{sweeps}datasets.{name}: "
     schema.check(overrides, "dataset_overrides", where)
     if user.is_user(name):
         wrong = [k for k in (*DOWNLOADED_ONLY, *GENERATED_ONLY) if k in overrides]
         if wrong:
             raise ConfigError(f"{where}{wrong[0]!r} applies to the registry's datasets only")
-        user.describe(name, overrides, code_path)
+        user.describe(name, overrides, code_path, sweeps)
         return overrides
     dataset = info(name)
     own = [k for k in user.USER_KEYS if k in overrides]

@@ -79,7 +79,8 @@ def load(config: dict[str, Any], config_files: Iterable[str] = ()) -> dict[str, 
     if study["code_path"] is None:
         study["code_path"] = default_code_path(config_files)
     for name, overrides in study["datasets"].items():
-        datasets.check_overrides(name, overrides, study["code_path"])
+        users = [sweep["name"] for sweep in study["sweeps"] if sweep["dataset"] == name]
+        datasets.check_overrides(name, overrides, study["code_path"], used_by=users)
     for sweep in study["sweeps"]:
         datasets.check_named(sweep["dataset"], study["datasets"], f"sweep {sweep['name']!r}: ")
     names = [s["name"] for s in study["sweeps"]]

@@ -30,6 +30,10 @@ def thousand(num_classes, in_channels, image_size):
 
 def crashes(num_classes, in_channels, image_size):
     return nn.Sequential(nn.Flatten(), nn.Linear(5, num_classes))  # the wrong input size
+
+
+def wrong_args(classes, channels):
+    return nn.Linear(channels, classes)
 """
 
 
@@ -44,12 +48,19 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
-def plan(models: dict[str, str], dataset: str = "pets"):
+def plan(models: dict[str, str], datasets: dict[str, str] | None = None):
+    """A study of one sweep per entry of `models` ({sweep: model}), on `pets` unless `datasets`
+    ({sweep: dataset}) says otherwise."""
     config = {
         "code_path": "code",
         "datasets": {"pets": {"path": "photos", "image_size": 12}},
         "sweeps": [
-            {"name": sweep, "dataset": dataset, "model": model, "grid": {"mode": ["single"]}}
+            {
+                "name": sweep,
+                "dataset": (datasets or {}).get(sweep, "pets"),
+                "model": model,
+                "grid": {"mode": ["single"]},
+            }
             for sweep, model in models.items()
         ],
     }
@@ -65,13 +76,20 @@ def test_every_bad_model_is_one_error_naming_sweep_model_dataset_and_cause(proje
             "broken": "nets:crashes",
             "missing": "no_such_module:make",
             "typo": "torchvision:resnet81",
+            "signature": "nets:wrong_args",
             "registry": "lenet",  # on a user dataset: tried too
-        }
+            "data": "lenet",
+        },
+        {"data": "no_data:make"},
     )
     with pytest.raises(ConfigError) as raised:
         usercheck.check(study, cells, str(project / "verdict.json"))
     errors = str(raised.value).splitlines()
-    assert len(errors) == 4, errors
+    assert len(errors) == 6, errors
+    assert errors.pop(0) == (
+        "sweep 'data': dataset 'no_data:make': cannot import module 'no_data' (looked in code and on the Python "
+        "path): ModuleNotFoundError: No module named 'no_data'"
+    )
     assert errors[0] == (
         "sweep 'wide': model 'nets:thousand' on dataset 'pets': returned (2, 1000) for a batch (2, 3, 12, 12); "
         "expected (2, 3): one logit per class"
@@ -84,6 +102,10 @@ def test_every_bad_model_is_one_error_naming_sweep_model_dataset_and_cause(proje
         "(looked in code and on the Python path): ModuleNotFoundError"
     )
     assert errors[3].startswith("sweep 'typo': model 'torchvision:resnet81' on dataset 'pets': torchvision has no")
+    assert errors[4].startswith(
+        "sweep 'signature': model 'nets:wrong_args' on dataset 'pets': factory nets:wrong_args(classes, channels) "
+        "cannot be called with (num_classes, in_channels, image_size)"
+    )
     assert not (project / "verdict.json").exists()  # nothing but a passed check's verdict is written
 
 

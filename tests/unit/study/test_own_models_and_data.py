@@ -90,7 +90,7 @@ def test_an_explicit_code_path_wins(photos):
         ),
         (
             lambda c: c["datasets"]["pets"].update(path="no/such/folder"),
-            "datasets.pets: path: 'no/such/folder' does not exist",
+            "^sweeps 'lib', 'mine': datasets.pets: path: 'no/such/folder' does not exist",
         ),
         (
             lambda c: c["sweeps"][2].update(set={"model_args": {"width": 2}}),
