@@ -16,6 +16,7 @@ from dpstudy import models
 from dpstudy.data import user as user_data
 from dpstudy.record.provenance import code_files, export_checkout, native_files
 from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
+from dpstudy.study.spec import gap_before_start
 from dpstudy.util.errors import ConfigError
 
 export_checkout(workflow.basedir)
@@ -124,5 +125,9 @@ def cell_resource(name):
 def cell_threads(wildcards):
     # On CPU the cores are what a cell measures: a local run gives it the whole machine, so no
     # other job (another cell, the extension build) competes with it. GPU cells share the host.
-    cores = cell_resources(wildcards)["node_cores"]
+    # A cell its launcher skips without starting torch measures nothing: one core.
+    resources = cell_resources(wildcards)
+    if gap_before_start(cell_of(wildcards).spec, resources["node_gpus"]):
+        return 1
+    cores = resources["node_cores"]
     return cores if GPU_JOBS else max(cores, workflow.cores)

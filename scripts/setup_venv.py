@@ -411,7 +411,8 @@ def target_options(python_version: str | None) -> list[str]:
 
 def wheelhouse(dest: Path, python_version: str | None, with_torch: bool) -> None:
     """Every locked dependency as a wheel in `dest`: the ones published only as source are built
-    here (they are pure Python), the rest downloaded for the target Python with what it needs."""
+    here (they are pure Python), the rest downloaded for the target Python, exactly the locked
+    versions (without WITH_TORCH, not torch: timm asks for it, the host brings it)."""
     dest.mkdir(parents=True, exist_ok=True)
     locks = ["-r", str(LOCK), *(["-r", str(TORCH_LOCK)] if with_torch else [])]
     with tempfile.TemporaryDirectory() as tmp:
@@ -451,6 +452,7 @@ def wheelhouse(dest: Path, python_version: str | None, with_torch: bool) -> None
             "pip",
             "download",
             "--quiet",
+            "--no-deps",  # the locks are closures; resolving would fetch the newest torch for timm
             "--dest",
             str(dest),
             "--find-links",

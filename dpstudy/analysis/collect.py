@@ -364,6 +364,10 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[P
     return written + [out_dir / STALE_FILE]
 
 
+# Columns of space-separated setting numbers: text, though one number alone would read as a float.
+NUMBER_LISTS = {"comparisons": {"members": str}, "strategies": {"model_misorders": str}}
+
+
 def read_tables(tables_dir: str | Path) -> dict[str, pd.DataFrame]:
     """The tables written by write_tables, keyed as collect() returns them."""
-    return {name: pd.read_csv(Path(tables_dir) / f"{name}.csv") for name in TABLES}
+    return {name: pd.read_csv(Path(tables_dir) / f"{name}.csv", dtype=NUMBER_LISTS.get(name)) for name in TABLES}

@@ -15,7 +15,7 @@ the study asked for, run or not:
   samples_per_s       the setting's throughput (geometric mean of repeats, 95 % interval:
                       dpstudy.analysis.stats), `setting` its number in the settings table
   vs_one_device       its throughput over the workload's one-device eager setting (mode single,
-                      compile false), Welch's interval on log throughput; the reference itself is 1
+                      compile false), Welch's interval on log throughput; the reference itself is 1 (no interval)
   memory_mb           one training step's peak on the fullest device (PyTorch's tracker,
                       dpstudy.engine.memory; median of the repeats), `memory_min_mb` the emptiest
                       device's, `predicted_memory_mb` the memory plan's for the fullest device
@@ -211,7 +211,9 @@ def rank(workload: pd.DataFrame) -> pd.DataFrame:
     out["vs_next_claim"] = pd.array([pd.NA] * len(out), dtype="Int64")
     order = out[finished].sort_values("rank")
     for (i, row), nxt in zip(order.iterrows(), [*order["samples"].iloc[1:], None]):
-        if base:
+        if base and i in reference.index:  # the reference against itself: exactly 1, no noise to speak of
+            out.loc[i, "vs_one_device"] = 1.0
+        elif base:
             out.loc[i, ["vs_one_device", "vs_one_device_low", "vs_one_device_high"]] = stats.ratio(row["samples"], base)
         if nxt is not None:
             value = stats.ratio(row["samples"], nxt)

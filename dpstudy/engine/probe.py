@@ -23,23 +23,33 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dpstudy.engine import compiling
+
 STEPS = 8
 # A step that takes long varies little relative to its length: a variant stops adding steps once
-# they would take more than PROBE_S (at least MIN_STEPS), so slow models on CPU do not spend
-# longer probing than training.
+# they would take more than PROBE_S (at least MIN_STEPS, an average of two), so slow models on
+# CPU do not spend longer probing than training.
 PROBE_S = 2.0
-MIN_STEPS = 3
+MIN_STEPS = 2
 
 
 def measure(trainer, steps: int = STEPS) -> dict | None:
+    """The mode's probe; a compiled model's also counts the graphs it compiled (`graphs_compiled`:
+    the steps it times are training's, whose graphs exist, so a count above 0 is a path of its own,
+    e.g. DDP's no_sync)."""
     par = trainer.par
+    graphs = compiling.compiled_graphs()
     if par.mode == "ddp" and par.world_size > 1:
-        return ddp_overlap(trainer, steps)
-    if par.mode == "fsdp" and par.world_size > 1:
-        return fsdp_overlap(trainer, steps)
-    if par.mode == "dp" and len(par.devices()) > 1:
-        return dp_transfers(trainer, steps)
-    return None
+        found = ddp_overlap(trainer, steps)
+    elif par.mode == "fsdp" and par.world_size > 1:
+        found = fsdp_overlap(trainer, steps)
+    elif par.mode == "dp" and len(par.devices()) > 1:
+        found = dp_transfers(trainer, steps)
+    else:
+        return None
+    if trainer.compiled:
+        found["graphs_compiled"] = compiling.compiled_graphs() - graphs
+    return found
 
 
 def batches(trainer, count: int) -> list:
@@ -119,7 +129,7 @@ def fsdp_overlap(trainer, steps: int) -> dict:
     inputs = batches(trainer, steps)
     data = itertools.cycle(inputs)
     x0 = inputs[0][0]
-    with torch.no_grad():
+    with torch.no_grad(), compiling.eager(trainer.compiled):  # a shape: not worth graphs of its own
         classes = model(x0[:1]).shape[1]
     # The compute of the same step without FSDP: a replica of the architecture (weights do not
     # change its time), cast as FSDP's policy casts (autocast stands in for the bf16/fp16 copies).

@@ -42,7 +42,7 @@ from dpstudy.jobs import memory_plan, slurm
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
-from dpstudy.study.spec import hardware_gap, one_process_per_device
+from dpstudy.study.spec import gap_before_start, one_process_per_device
 from dpstudy.util.atomic import write_json
 from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
 from dpstudy.util.ports import free_port
@@ -142,8 +142,8 @@ class Launcher:
     def train(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         self.record_path.unlink(missing_ok=True)  # an old record must not stand for this run
-        gap = hardware_gap(self.spec, 0) if self.args.gpus == 0 else None
-        if gap:  # the cell will see no GPU (gpu_pool.job_environment): no need to start torch to know
+        gap = gap_before_start(self.spec, self.args.gpus)
+        if gap:  # no need to start torch to know
             self.write_record("skipped", gap)
             return 0
         too_big = memory_plan.skip_reason(self.args.memory_plan, self.args.cell) if self.args.memory_plan else None

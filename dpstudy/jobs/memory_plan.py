@@ -44,16 +44,41 @@ PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "reason", "skip")
 GIB = 1024  # MB per GiB
 
 
-def predict(spec: dict) -> dict[str, list[float]]:
+# Settings no prediction depends on: the plan predicts eager (compile), on fake tensors over a
+# fake process group (backend), and a repeat trains the same step (repeat, seed).
+UNPREDICTED = ("repeat", "seed", "compile", "backend")
+# ... and those that reach the fake step only through its per-device batch and its sharding.
+STEP_SHAPING = ("mode", "gpus", "nodes", "batch", "batch_scope", "shard")
+
+
+def setting_key(spec: dict) -> str:
+    """Cells with the same key have the same prediction."""
+    return repr(sorted((k, v) for k, v in spec.items() if k not in UNPREDICTED))
+
+
+def step_key(spec: dict) -> str:
+    """Cells with the same key run the same fake step (single, DP and DDP at one per-device batch)."""
+    sharding = specs.shard_of(spec["mode"], spec.get("shard", "none"))  # none: the plain model
+    world = specs.devices(spec) if spec["mode"] == "fsdp" else 1
+    rest = sorted((k, v) for k, v in spec.items() if k not in UNPREDICTED + STEP_SHAPING)
+    return repr((sharding, world, specs.per_device_batch(spec), rest))
+
+
+def predict(spec: dict, steps: dict | None = None) -> dict[str, list[float]]:
     """{"params_mb": [...], ..., "peak_mb": [...]}, one value per device, as dpstudy.engine.memory
-    measures them; raises when the model cannot run on fake tensors (e.g. a custom kernel)."""
+    measures them; raises when the model cannot run on fake tensors (e.g. a custom kernel).
+    `steps` keeps the fake steps already run (by step_key) for the next call."""
     import torch
 
     from dpstudy.data.store import shape_and_classes
 
     shape, classes = shape_and_classes(spec["dataset"], spec["data_root"])  # a user's: once prepared
     devices, batch = specs.devices(spec), specs.per_device_batch(spec)
-    parts, gradient_mb = tracked_fake_step(spec, shape, len(classes), batch)
+    steps = {} if steps is None else steps
+    key = step_key(spec)
+    if key not in steps:
+        steps[key] = tracked_fake_step(spec, shape, len(classes), batch)
+    parts, gradient_mb = steps[key]
     if spec["mode"] == "ddp":
         parts = {**parts, "activations": parts["activations"] + gradient_mb, "peak": parts["peak"] + gradient_mb}
     split = {f"{p}_mb": [parts[p]] * devices for p in PARTS} | {"peak_mb": [parts["peak"]] * devices}
@@ -136,16 +161,18 @@ def fake_process_group(world: int):
 
 
 def plan_rows(cells: dict[str, dict], budget_gib: float | None = None, log=print) -> list[dict]:
-    """The plan's rows for {cell id: spec}; cells of equal specs but for their repeat, seed and
-    compile (predicted eager) are predicted once. With `budget_gib`, a cell whose fullest device
-    is predicted above it gets its `skip` reason on every row."""
+    """The plan's rows for {cell id: spec}; cells of equal specs but for UNPREDICTED settings are
+    predicted once, and one fake step serves every cell that runs it (step_key). With
+    `budget_gib`, a cell whose fullest device is predicted above it gets its `skip` reason on
+    every row."""
     done: dict[str, dict | str] = {}
+    steps: dict = {}
     rows = []
     for cell, spec in cells.items():
-        key = repr(sorted((k, v) for k, v in spec.items() if k not in ("repeat", "seed", "compile")))
+        key = setting_key(spec)
         if key not in done:
             try:
-                done[key] = predict(spec)
+                done[key] = predict(spec, steps)
             except Exception as error:  # a model fake tensors cannot run: the plan says why
                 done[key] = f"not predicted: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
             peak = done[key] if isinstance(done[key], str) else f"{max(done[key]['peak_mb']):.1f} MB"

@@ -781,9 +781,21 @@ def strategies(tables: Tables) -> Figure:
     for ax in g.axes.flat:  # once every strategy is drawn (a limit set earlier stops autoscaling)
         ax.set_xlim(0, ax.get_xlim()[1] * 1.08)  # room for the ring at the right edge
         ax.set_yscale("log")  # intervals are symmetric in log throughput (dpstudy.analysis.stats)
+        plain_log_ticks(ax.yaxis)
     settings_legend(g, ran, "compiled", {k: v for k, v in markers.items() if k in set(ran["compiled"])}, [])
     g.set_axis_labels(LABELS["memory_mb"], LABELS["samples_per_s"])
     return finish(g, title + " (ring: the fastest)", cells)
+
+
+def plain_log_ticks(axis) -> None:
+    """A log axis labelled as numbers people read (30, 60, 100, 200), not as powers of ten."""
+    from matplotlib import ticker
+
+    from dpstudy.report.text import significant
+
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: significant(v, 2)))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def draw_strategies(data: pd.DataFrame, markers: dict, color=None, label=None, **_) -> None:

@@ -145,3 +145,10 @@ def hardware_gap(spec: dict[str, Any], visible_gpus: int) -> str | None:
     if wants_cuda and spec["gpus"] > visible_gpus:
         return f"the cell needs {spec['gpus']} GPUs but {visible_gpus} are visible"
     return None
+
+
+def gap_before_start(spec: dict[str, Any], job_gpus: int) -> str | None:
+    """Why the cell cannot run, when that is known before torch starts: its job reserved no GPU
+    (`job_gpus` 0), so it sees none (dpstudy.jobs.gpus.job_environment). The launcher writes
+    such a cell's skipped record without training, and the workflow gives that job one core."""
+    return hardware_gap(spec, 0) if job_gpus == 0 else None

@@ -28,6 +28,7 @@ from helpers.workflow import (
     wait_until_gone,
 )
 
+from dpstudy.jobs.gpus import visible_gpu_count
 from dpstudy.record import provenance
 from dpstudy.report import sources
 from dpstudy.report.figures import FIGURES
@@ -69,6 +70,22 @@ SOURCE_STUDIES = sorted(f"studies/{p.name}" for p in (REPO / "config/studies").g
 def test_every_study_dry_runs(checkout, study):
     jobs = dry_run(checkout, None, "--configfile", f"config/{study}")
     assert jobs["train"] and "report" in jobs
+
+
+@pytest.mark.skipif(visible_gpu_count() > 0, reason="on a GPU host DP and NCCL cells run")
+def test_a_cell_skipped_before_torch_starts_takes_one_core_and_a_timed_cell_the_machine(checkout):
+    # the default study on this CPU host: DP and NCCL cells are skipped by their launcher
+    proc = snakemake(checkout, "-n", "--cores", "2")
+    threads = {}
+    for block in re.split(r"\n(?=\[)", proc.stdout + proc.stderr):  # a job's block opens with [date]
+        cell = re.search(r"wildcards: cell=(\S+)", block)
+        if cell and re.search(r"^(local)?rule train:", block.strip(), re.M):
+            count = re.search(r"^\s*threads: (\d+)", block, re.M)
+            threads[cell.group(1)] = int(count.group(1)) if count else 1  # Snakemake omits 1
+    skipped = {c for c in threads if "-dp-" in c or "-nccl" in c}
+    assert skipped and len(skipped) < len(threads)
+    assert {threads[c] for c in skipped} == {1}  # nothing to measure: it may share the machine
+    assert {t for c, t in threads.items() if c not in skipped} == {2}  # the whole machine
 
 
 @pytest.mark.parametrize("study", SOURCE_STUDIES)
@@ -297,7 +314,7 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     figures = sorted(p.name for p in (workdir / "results/figures").glob("*.png"))
     # every figure of dpstudy.report.figures and the two microbenchmarks', each shown in the report
     assert figures == sorted([*FIGURES, "comm.png", "kernels.png"])
-    assert page["blocked"] == [] and len(page["images"]) == len(figures) == 12
+    assert page["blocked"] == [] and len(page["images"]) == len(figures) == 14
     assert all(done and width > 100 for done, width in page["images"])
 
 

@@ -54,7 +54,8 @@ def test_each_strategy_of_a_workload_is_ranked_by_throughput_with_its_lead_over_
     assert pd.isna(compiled["vs_next_low"])  # one run: a ratio, no interval
     assert compiled["vs_next"] == pytest.approx(1100 / geomean([1000, 1040, 960]))
     last = strategy(table, mode="single", compile=False, global_batch=64)
-    assert pd.isna(last["vs_next"]) and last["vs_one_device"] == pytest.approx(1.0)
+    assert pd.isna(last["vs_next"]) and last["vs_one_device"] == 1.0
+    assert pd.isna(last["vs_one_device_low"]) and pd.isna(last["vs_one_device_high"])  # itself: no interval
 
 
 def test_memory_per_device_is_the_fullest_devices_step_and_what_did_not_fit_says_so(tables):

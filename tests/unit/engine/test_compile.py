@@ -87,6 +87,9 @@ def test_compiled_ddp_and_fsdp_over_gloo_match_uncompiled(data_root, tmp_path, m
     # evaluation runs eagerly in both modes (ddp its plain module, fsdp its compiled units under
     # set_stance force_eager): it compiles nothing
     assert compiled["eval_compile_s"] == 0
+    # the probe times training's own compiled steps: it compiles nothing either (a recompile in a
+    # timed loop would count as step time; FSDP's probe once compiled every block again)
+    assert records[True]["probe"]["graphs_compiled"] == 0 and "graphs_compiled" not in records[False]["probe"]
     assert records[True]["summary"]["compile_s"] > 0 and "compile_s" not in records[False]["summary"]
     assert plain["steady_samples"] == TRAIN - 2 * BATCH
     assert compiled["steady_samples"] == plain["steady_samples"] - 2 * (TRAIN // 2 % (BATCH // 2))

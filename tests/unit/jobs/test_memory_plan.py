@@ -43,10 +43,10 @@ ERROR = "The tensor has a non-zero number of elements, but its data is not alloc
 def test_the_plan_predicts_each_setting_once_and_says_why_a_cell_was_not(tmp_path, monkeypatch):
     predict = memory_plan.predict
 
-    def custom_kernel(spec):  # as a model whose kernel has no fake implementation fails
+    def custom_kernel(spec, steps=None):  # as a model whose kernel has no fake implementation fails
         if spec["model"] == "vgg19":
             raise RuntimeError(ERROR)
-        return predict(spec)
+        return predict(spec, steps)
 
     monkeypatch.setattr(memory_plan, "predict", custom_kernel)
     cells = {
@@ -86,3 +86,28 @@ def test_a_model_whose_initialiser_reads_values_is_predicted():
     params_mb = models.cost("vit", 3, 32)["params"] * 4 / 2**20
     assert predicted["params_mb"] == [pytest.approx(params_mb, rel=1e-6)]
     assert predicted["activations_mb"][0] > 0
+
+
+def test_one_fake_step_serves_every_cell_that_runs_it(monkeypatch):
+    step = memory_plan.tracked_fake_step
+    ran = []
+
+    def counted(spec, *args):
+        ran.append((spec["mode"], spec["batch"]))
+        return step(spec, *args)
+
+    monkeypatch.setattr(memory_plan, "tracked_fake_step", counted)
+    cells = {
+        "single-b32": {**LENET, "batch": 32},
+        "ddp-gloo": {**LENET, "mode": "ddp", "gpus": 2, "backend": "gloo"},  # 32 per device
+        "ddp-nccl": {**LENET, "mode": "ddp", "gpus": 2, "backend": "nccl"},
+        "dp": {**LENET, "mode": "dp", "gpus": 2},
+        "fsdp": {**LENET, "mode": "fsdp", "gpus": 2, "backend": "gloo"},
+        "fsdp-grad_op": {**LENET, "mode": "fsdp", "gpus": 2, "backend": "gloo", "shard": "grad_op"},
+    }
+    rows = {r["cell"]: r for r in memory_plan.plan_rows(cells, log=lambda _: None) if r["device"] == 0}
+    assert ran == [("single", 32), ("fsdp", 64), ("fsdp", 64)]  # the plain model once, each sharding once
+    # shared, the predictions are what each cell predicts alone
+    for cell, spec in cells.items():
+        assert rows[cell]["peak_mb"] == pytest.approx(max(memory_plan.predict(spec)["peak_mb"]))
+    assert rows["ddp-gloo"]["peak_mb"] == rows["ddp-nccl"]["peak_mb"] > rows["single-b32"]["peak_mb"]

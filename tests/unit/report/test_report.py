@@ -241,7 +241,9 @@ def test_memory_imbalance(grid, tmp_path):
 def strategy_tables(tmp_path_factory) -> dict[str, pd.DataFrame]:
     records = strategy_grid()
     root = tmp_path_factory.mktemp("strategies")
-    return collect.summarise(collect.collect(write_records(root, records), CURRENT, strategy_plan(records)))
+    tables = collect.summarise(collect.collect(write_records(root, records), CURRENT, strategy_plan(records)))
+    collect.write_tables(tables, root / "tables")  # the report reads them back from CSV
+    return collect.read_tables(root / "tables")
 
 
 def test_which_strategy_names_the_fastest_that_fits_its_lead_and_the_models_reason(strategy_tables):
