@@ -24,9 +24,16 @@ export_checkout(workflow.basedir)
 try:
     STUDY = studies.load(config, workflow.configfiles)
     ALL_CELLS = studies.expand(STUDY)
+    # The user's own datasets, and the fingerprint of what preparing each reads: a new one (images
+    # added, the function edited) prepares it anew, and its cells rerun.
+    ALL_USER_DATASETS = user_data.in_study(STUDY, ALL_CELLS)
+    USER_DATA_FINGERPRINTS = {
+        name: user_data.fingerprint(dataset)
+        for name, dataset in ALL_USER_DATASETS.items()
+    }
     # The study's own models and data, tried before any job (a child process, skipped when
     # nothing changed since it last passed: dpstudy.jobs.usercheck).
-    usercheck.check(STUDY, ALL_CELLS, outputs.USER_CHECK)
+    usercheck.check(STUDY, ALL_CELLS, outputs.USER_CHECK, USER_DATA_FINGERPRINTS)
     # Whether jobs reserve GPUs (config request_gpus): on a host without GPUs, device 'auto'
     # plans CPU cells, which reserve none.
     GPU_JOBS = requests_gpus(STUDY, visible_gpu_count())
@@ -55,15 +62,11 @@ DATA_ROOT = STUDY["data_root"]
 DATASETS_BY_FOLDER = {
     user_data.folder_name(c.spec["dataset"]): c.spec["dataset"] for c in CELLS.values()
 }
-# The user's own datasets, and the fingerprint of what preparing each reads: a new one (images
-# added, the function edited) prepares it anew, and its cells rerun.
+# The user's own datasets the planned cells train on.
 USER_DATASETS = {
-    name: user_data.describe(name, STUDY["datasets"].get(name), STUDY["code_path"])
-    for name in DATASETS_BY_FOLDER.values()
-    if user_data.is_user(name)
-}
-USER_DATA_FINGERPRINTS = {
-    name: user_data.fingerprint(dataset) for name, dataset in USER_DATASETS.items()
+    name: dataset
+    for name, dataset in ALL_USER_DATASETS.items()
+    if name in DATASETS_BY_FOLDER.values()
 }
 # The user's model factories: editing one flags the cells made with it as stale (collect).
 USER_MODEL_FILES = sorted(

@@ -16,16 +16,15 @@ import pandas as pd
 
 from dpstudy import models
 from dpstudy.analysis import collect
-from dpstudy.record.provenance import code_version, user_hash
+from dpstudy.record.provenance import code_version
 
 
 def factory_hash(model: str, code_path: str | None) -> str | None:
     """The current hash of a user factory's source (the records' code_version.user_hash)."""
     try:
-        factory = models.source_file(model, code_path)
+        return models.factory_hash(model, code_path)
     except ValueError:  # a model this checkout does not know (a record from elsewhere)
         return None
-    return user_hash([factory] if factory else [])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

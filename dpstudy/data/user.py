@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,12 @@ def is_user(name: str) -> bool:
 def folder_name(name: str) -> str:
     """Where a dataset lives under the data root: its name, or a function's token (make_data_1a2b3c)."""
     return refs.token(name) if refs.split(name) else name
+
+
+def in_study(study: dict[str, Any], cells: Iterable) -> dict[str, UserDataset]:
+    """The user datasets `cells` train on, described from the study's `datasets` section."""
+    names = sorted({cell.spec["dataset"] for cell in cells if is_user(cell.spec["dataset"])})
+    return {name: describe(name, study["datasets"].get(name), study["code_path"]) for name in names}
 
 
 def describe(name: str, settings: dict | None, code_path: str | None = None, where: str = "") -> UserDataset:

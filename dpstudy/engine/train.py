@@ -20,7 +20,6 @@ from dpstudy.engine.monitor import HostLoad, UtilSampler, peak_memory_mb, reset_
 from dpstudy.engine.outcome import Outcome
 from dpstudy.engine.parallel import Parallel, Skip, pin_to_cores, plan, resolve_device, threads_per_process
 from dpstudy.ext.loader import check_kernels
-from dpstudy.record import provenance
 from dpstudy.record.envinfo import environment, rank_host
 from dpstudy.study import spec as specs
 
@@ -265,8 +264,7 @@ def effective_seed(spec: dict) -> int:
 
 def with_user_code(env: dict, spec: dict) -> dict:
     """env with the hash of the user's factory in its code version (none for other models)."""
-    factory = models.source_file(spec["model"], spec["code_path"])
-    user = provenance.user_hash([factory] if factory else [])
+    user = models.factory_hash(spec["model"], spec["code_path"])
     return {**env, "code_version": {**env["code_version"], "user_hash": user}} if user else env
 
 

@@ -34,9 +34,11 @@ BATCH = 2  # images per trial batch (BatchNorm in training mode needs two; the t
 TIMEOUT_S = 900
 
 
-def trials(study: dict[str, Any], cells: Iterable) -> dict[str, Any]:
+def trials(study: dict[str, Any], cells: Iterable, fingerprints: dict[str, str] | None = None) -> dict[str, Any]:
     """What the child tries: each distinct (model, model_args, dataset) of a cell whose model or
-    dataset is not the registry's, with the sweeps that use it; and the user datasets."""
+    dataset is not the registry's, with the sweeps that use it; and the user datasets with their
+    fingerprints (dpstudy.data.user.fingerprint; computed here unless given)."""
+    cells = list(cells)
     combos: dict[str, dict] = {}
     for cell in cells:
         spec = cell.spec
@@ -52,18 +54,15 @@ def trials(study: dict[str, Any], cells: Iterable) -> dict[str, Any]:
         combos.setdefault(key, {**entry, "sweeps": []})
         if cell.sweep not in combos[key]["sweeps"]:
             combos[key]["sweeps"].append(cell.sweep)
-    names = sorted({c["dataset"] for c in combos.values() if user.is_user(c["dataset"])})
-    datasets = {name: user_dataset_of(study, name) for name in names}
+    datasets = user.in_study(study, cells)
+    if fingerprints is None:
+        fingerprints = {name: user.fingerprint(d) for name, d in datasets.items()}
     return {
         "data_root": study["data_root"],
         "models": list(combos.values()),
         "datasets": {name: {**user.settings_of(d), "code_path": d.code_path} for name, d in datasets.items()},
-        "fingerprints": {name: user.fingerprint(d) for name, d in datasets.items()},
+        "fingerprints": {name: fingerprints[name] for name in datasets},
     }
-
-
-def user_dataset_of(study: dict[str, Any], name: str) -> user.UserDataset:
-    return user.describe(name, study["datasets"].get(name), study["code_path"])
 
 
 def fingerprint(work: dict[str, Any]) -> str:
@@ -75,10 +74,17 @@ def fingerprint(work: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def check(study: dict[str, Any], cells: Iterable, verdict_path: str, python: str = sys.executable) -> None:
+def check(
+    study: dict[str, Any],
+    cells: Iterable,
+    verdict_path: str,
+    fingerprints: dict[str, str] | None = None,
+    python: str = sys.executable,
+) -> None:
     """Raise ConfigError with every problem of the study's own models and data (see the module
-    docstring); quick when nothing changed since the last check passed."""
-    work = trials(study, cells)
+    docstring); quick when nothing changed since the last check passed. `fingerprints`: the user
+    datasets', when the caller has them (the workflow does: one walk of an image folder)."""
+    work = trials(study, cells, fingerprints)
     if not work["models"]:
         return
     key = fingerprint(work)

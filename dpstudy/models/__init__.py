@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
+from dpstudy.util.hashing import tree_sha256
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -87,6 +88,14 @@ def needs_ext(model: str) -> bool:
 def source_file(model: str, code_path: str | Path | None = None) -> Path | None:
     """The user factory's source file (its module), or None for a registry or library model."""
     return refs.source_file(model, code_path) if kind(model) == "factory" else None
+
+
+def factory_hash(model: str, code_path: str | Path | None = None) -> str | None:
+    """sha256 (12 hex digits) of a user factory's source file, by name and content, as a record
+    keeps it (code_version.user_hash): editing it flags the cells made with it, as editing
+    dpstudy's training code does. None for a registry or library model."""
+    factory = source_file(model, code_path)
+    return tree_sha256([factory], factory.parent)[:12] if factory else None
 
 
 def model_class(name: str) -> type:

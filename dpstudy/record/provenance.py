@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import json
 import os
 import re
@@ -146,18 +145,6 @@ def git_commit() -> str | None:
 
 def code_version() -> dict[str, str | None]:
     return {"git_commit": git_commit(), "source_hash": source_hash()}
-
-
-def user_hash(files: list[Path]) -> str | None:
-    """sha256 (12 hex digits) over the user's code a cell ran (a model factory's module), by file
-    name and content: editing it flags the cells made with it, as editing dpstudy's training code
-    does. None when the cell ran none."""
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
 
 
 def export_checkout(basedir: str) -> None:

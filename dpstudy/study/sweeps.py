@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dpstudy import models
 from dpstudy.ext import arch as ext_arch
 from dpstudy.study import datasets, schema
 from dpstudy.study import spec as specs
@@ -135,12 +136,6 @@ def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
     return None if specs.setup_gap(combo) else combo
 
 
-def is_factory(model: str) -> bool:
-    from dpstudy import models
-
-    return ":" in model and model.partition(":")[0] not in models.LIBRARIES
-
-
 def dataset_of(study: dict[str, Any], sweep: dict[str, Any]) -> str:
     """The sweep's dataset, or its generated stand-in when the study asks for one (config stand_in)."""
     from dpstudy.data.registry import DATASETS
@@ -177,7 +172,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
             "model": sweep["model"],
             "device": study["device"],
             "data_root": study["data_root"],
-            "code_path": study["code_path"] if is_factory(sweep["model"]) else None,
+            "code_path": study["code_path"] if models.kind(sweep["model"]) == "factory" else None,
         }
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)
