@@ -113,6 +113,13 @@ def markdown_table(table: pd.DataFrame, escape: bool = True) -> str:
     return "\n".join(lines)
 
 
+def more_in(count: int, where: str, what: str = "", markdown: bool = True) -> str:
+    """The last line of a list cut short: '... 3 more cells in `results/tables/util.csv`.' (`what`
+    counted and made plural; '' names nothing). markdown=False gives the plain text (a figure's note)."""
+    more = plural(count, f"more {what}") if what else f"{count} more"
+    return f"... {more} in {code(where) if markdown else where}."
+
+
 def not_run_lines(rows: pd.DataFrame, what: str, label, shown: int = 6, markdown: bool = True) -> list[str]:
     """One line per distinct reason: '8 cells skipped: mode dp needs CUDA (a, b, ...)'.
     `label(row)` names one row; rows with the same name (repeats) are named once. The lines are

@@ -31,7 +31,7 @@ from helpers.workflow import (
 from dpstudy.jobs.gpus import visible_gpu_count
 from dpstudy.record import provenance
 from dpstudy.report import sources
-from dpstudy.report.figures import FIGURES
+from dpstudy.study import outputs
 
 AGGREGATIONS = {"collect", "figures", "report", "all"}
 # the report shows the resolved study; the memory plan predicts the study's cells
@@ -252,9 +252,9 @@ def edited(path: Path):
         ("dpstudy/data/store.py", PLANNED),
         # Aggregation and report code: only the rules that run it.
         ("dpstudy/analysis/stats.py", AGGREGATIONS),
-        ("dpstudy/report/figures.py", {"figures", "report", "all"}),
+        ("dpstudy/report/figures/layout.py", {"figures", "report", "all"}),
         ("dpstudy/report/text.py", {"figures", "report", "all"}),
-        ("dpstudy/report/findings.py", {"report", "all"}),
+        ("dpstudy/report/findings/scaling.py", {"report", "all"}),
     ],
 )
 def test_an_edit_reruns_exactly_the_rules_that_run_the_code(finished, module, rules):
@@ -312,8 +312,8 @@ def test_default_study_runs_end_to_end_on_cpu(tmp_path):
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
     page = open_offline(workdir / "results/report/report.html")
     figures = sorted(p.name for p in (workdir / "results/figures").glob("*.png"))
-    # every figure of dpstudy.report.figures and the two microbenchmarks', each shown in the report
-    assert figures == sorted([*FIGURES, "comm.png", "kernels.png"])
+    # every figure of outputs.FIGURES and the two microbenchmarks', each shown in the report
+    assert figures == sorted([*outputs.FIGURES, "comm.png", "kernels.png"])
     assert page["blocked"] == [] and len(page["images"]) == len(figures) == 14
     assert all(done and width > 100 for done, width in page["images"])
 

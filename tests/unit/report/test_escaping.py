@@ -14,9 +14,9 @@ from helpers.records import CURRENT, make_record, small_grid, write_records
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 from dpstudy.analysis import collect
-from dpstudy.report import figures as plots
 from dpstudy.report import inventory
-from dpstudy.report.text import Safe, code, code_block, markdown_table, not_run_lines, text
+from dpstudy.report.figures import layout
+from dpstudy.report.text import Safe, code, code_block, markdown_table, more_in, not_run_lines, text
 
 IMG = """<img src=x onerror="document.title='pwned'">"""
 SCRIPT = "<script>document.title='pwned2'</script>"
@@ -262,8 +262,14 @@ def test_figure_notes_show_reasons_literally(tmp_path):
             write_records(tmp_path, [make_record("failed", mode="ddp", gpus=2, backend="gloo", reason=reason)]), CURRENT
         )
     )["cells"]
-    fig = plots.message("No cell finished: costs $1 $2.", "title", cells)
+    fig = layout.message("No cell finished: costs $1 $2.", "title", cells)
     fig.savefig(io.BytesIO(), format="png")  # mathtext would raise on \notacommand
     texts = "\n".join(t.get_text() for t in fig.findobj(plt.Text))
     assert reason in texts and "No cell finished: costs $1 $2." in texts
     plt.close(fig)
+
+
+def test_a_list_cut_short_says_how_many_more_and_where():
+    assert more_in(3, "results/tables/util.csv", "cell") == "... 3 more cells in `results/tables/util.csv`."
+    assert more_in(2, "results/tables/settings.csv") == "... 2 more in `results/tables/settings.csv`."
+    assert more_in(1, "cells.csv", "reason", markdown=False) == "... 1 more reason in cells.csv."  # a figure's note

@@ -157,7 +157,7 @@ def test_the_overview_phrases_the_pivot_table(tables):
 
 
 def test_heat_map_squares_are_the_medians_of_the_settings(tables):
-    fig = plots.overview(tables)
+    fig = plots.FIGURES["overview.png"](tables)
     panels = {ax.get_title(): ax for ax in fig.axes}
     mesh = panels["ddp/gloo: speedup"].collections[0]
     # x: batch, y: lr (the two keys with most values), squares in ascending order of both

@@ -1,0 +1,37 @@
+"""The report's answers to the study's questions (docs/sources.md), from the tables: a module per
+question, its section functions re-exported here for the report notebook.
+
+Every section function takes the tables of dpstudy.analysis.collect.summarise (dpstudy.study.outputs.TABLES) and
+returns markdown. Repeats of a cell are summarised with 95 % intervals (dpstudy.analysis.stats): a
+difference is claimed only when it is larger than its interval, and called "within noise" otherwise; a
+single run gets its number and no claim. A question the data cannot answer gets "Not measured in this
+study: <why>" instead of silence.
+
+These modules only phrase: every number they state, and every verdict, is a column of a table
+(settings: a setting's speedup, its `verdict`, `noise_max_cv` and `effect`; comparisons: settings
+against settings; summary: the counts of verdicts, the noise floor, the busy host; data_wait, memory,
+util_means, scaling_settings). They pick rows, order them and count the lines they list.
+"""
+
+from dpstudy.report.findings.accuracy_gap import accuracy
+from dpstudy.report.findings.benchmarks import comm, kernels
+from dpstudy.report.findings.memory_use import memory
+from dpstudy.report.findings.nccl_gloo import backends
+from dpstudy.report.findings.ranking import strategies
+from dpstudy.report.findings.scaling import single_noise, speedup
+from dpstudy.report.findings.scaling_model import why_not_n
+from dpstudy.report.findings.usage import data_wait, utilisation
+
+__all__ = [
+    "accuracy",
+    "backends",
+    "comm",
+    "data_wait",
+    "kernels",
+    "memory",
+    "single_noise",
+    "speedup",
+    "strategies",
+    "utilisation",
+    "why_not_n",
+]

@@ -1,0 +1,94 @@
+"""Memory per device: the spread between the fullest and the emptiest device per mode, one training
+step's split across devices, and the memory plan's prediction against it."""
+
+from __future__ import annotations
+
+from dpstudy.report.findings.phrases import (
+    Tables,
+    batch_phrase,
+    mode_name,
+    not_measured,
+    who,
+    whole,
+    why_not_run,
+    workload,
+)
+from dpstudy.report.text import code, plural, significant, text
+
+
+def memory(tables: Tables) -> str:
+    """Peak memory per rank: the spread between the fullest and the emptiest device, per mode (the
+    memory table's cell with the largest imbalance); then one training step's split as PyTorch's
+    tracker measured it (memory_spread) and the memory plan's prediction beside it (memory_accuracy)."""
+    cells, imbalances = tables["cells"], tables["memory"]
+    multi = cells[cells["devices"] > 1]
+    lines = []
+    for mode in ("dp", "ddp", "fsdp"):
+        rows = imbalances[imbalances["mode"] == mode]
+        if rows.empty:
+            if mode != "fsdp" or not multi[multi["mode"] == "fsdp"].empty:
+                lines.append(
+                    f"- {mode.upper()}: {not_measured(why_not_run(multi[multi['mode'] == mode], mode.upper()))}"
+                )
+            continue
+        m = rows[rows["largest"].astype(bool)].iloc[0]
+        r = cells.set_index("cell").loc[m["cell"]]
+        lines.append(
+            f"- {who(r)}: the fullest device peaked at "
+            f"{m['imbalance']:.2f}x the memory of the emptiest ({m['peak_mem_mb_max']:.0f} MB vs "
+            f"{m['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)})."
+        )
+    return (
+        "\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "
+        "peak resident set on CPU (last epoch).\n\n" + memory_spread(tables) + "\n\n" + memory_prediction(tables)
+    )
+
+
+def memory_spread(tables: Tables) -> str:
+    """How each strategy spreads one step's memory over its devices (the memory_spread table)."""
+    spread = tables["memory_spread"]
+    head = (
+        "**One training step, split** (PyTorch's memory tracker: parameters, gradients, optimizer state, "
+        "activations and temporaries; the figure below shows every setting's split per device). "
+    )
+    if spread.empty:
+        return head + not_measured(
+            "no finished multi-device cell has a measured split and a one-device baseline with one"
+        )
+    lines = [
+        f"- {mode_name(r['mode'], r['shard'])} on {plural(whole(r['devices']), 'device')}: the fullest device "
+        f"holds {r['state_share']:.2f}x one device's model state and peaks at {r['imbalance']:.2f}x the emptiest "
+        f"device (medians of {plural(whole(r['cells']), 'cell')}; e.g. {code(r['example'])}: "
+        f"{significant(r['state_mb'])} MB of parameters, gradients and optimizer state vs "
+        f"{significant(r['baseline_state_mb'])} MB on one device)."
+        for _, r in spread.iterrows()
+    ]
+    return (
+        head + "A replica (DP, DDP) holds the whole model state on every device; FSDP shards it, about 1/n per "
+        "device (grad_op keeps the gathered parameters from forward to backward, so its peak holds more).\n\n"
+        + "\n".join(lines)
+    )
+
+
+def memory_prediction(tables: Tables) -> str:
+    """The memory plan's prediction against the measured split (the memory_accuracy table)."""
+    accuracy = tables["memory_accuracy"]
+    head = (
+        "**Predicted before training** (`results/plan/memory.csv`: each cell's step on fake tensors, no "
+        "device needed) **vs measured**: "
+    )
+    if accuracy.empty:
+        return head + not_measured("no finished cell has both a prediction and a measured split")
+    overall = accuracy.set_index("mode").loc["all"] if (accuracy["mode"] == "all").any() else accuracy.iloc[0]
+    verdict = "within" if overall["within_target"] else "**not** within"
+    per_mode = ", ".join(
+        f"{text(r['mode'])} {r['median_abs_error_pct']:.1f} % (largest {r['max_abs_error_pct']:.1f} %, "
+        f"{plural(whole(r['devices']), 'device')})"
+        for _, r in accuracy[accuracy["mode"] != "all"].iterrows()
+    )
+    return (
+        head + f"the peak per device was off by a median of {overall['median_abs_error_pct']:.1f} % and at most "
+        f"{overall['max_abs_error_pct']:.1f} % over {plural(whole(overall['devices']), 'device')}, {verdict} the "
+        f"{overall['target_pct']:.0f} % target. By mode: {per_mode}. `results/tables/memory_split.csv` has every "
+        "device's parts, measured and predicted."
+    )

@@ -1,0 +1,156 @@
+"""Which strategy: per workload the fastest strategy that fits, its lead over the next, the ranking
+with memory per device, the strategies that did not run, and the scaling model's account."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dpstudy.analysis import stats
+from dpstudy.analysis.strategies import WORKLOAD_KEYS, ranked
+from dpstudy.report.findings.phrases import (
+    LIST_LIMIT,
+    Tables,
+    by_setting,
+    extra_keys,
+    not_measured,
+    or_na,
+    setup_name,
+    table_csv,
+    value_text,
+    varied,
+    whole,
+    why_not_run,
+    workload,
+)
+from dpstudy.report.text import markdown_table, more_in, significant, text
+
+STRATEGIES_INTRO = (
+    "Every strategy the study ran for the same data, model and global batch, ranked by throughput "
+    "(the geometric mean of its repeats, 95 % interval), with the memory its fullest device needed for "
+    "one training step (PyTorch's tracker; the memory plan's prediction beside it) and the scaling "
+    "model's account. A strategy that does not fit (out of memory, or predicted above the study's "
+    "`memory_budget_gib`) did not run, so the fastest that ran is the fastest that fits. "
+    '"vs one device" is the throughput over one device without torch.compile.'
+)
+
+
+def strategy_label(row, keys: list[str]) -> str:
+    """'FSDP full (gloo) on 2 devices, compiled': the strategy keys the study varies named."""
+    name = setup_name(row["mode"], row["backend"], whole(row["gpus"]), whole(row["nodes"]), row["shard"])
+    extras = [f"{k} {value_text(row[k])}" for k in ("batch_scope", "lr_scaling") if k in keys]
+    return name + (", compiled" if bool(row["compile"]) else "") + "".join(f", {e}" for e in extras)
+
+
+def workload_label(row, keys: list[str]) -> str:
+    """'synthetic_rgb/resnet18 at global batch 64, precision bf16': the workload keys the study varies."""
+    named = [k for k in keys if k in WORKLOAD_KEYS and k not in ("dataset", "model", "global_batch", "devices")]
+    return f"{workload(row)} at global batch {whole(row['global_batch'])}{extra_keys(row, named)}"
+
+
+def lead_text(best, runner_up, keys: list[str]) -> str:
+    """How far the fastest is ahead of the next, and whether that is beyond noise."""
+    if runner_up is None:
+        return "the only strategy that ran"
+    lead = stats.interval_text(stats.value(best, "vs_next"), unit="x")
+    if not stats.has_interval(best["vs_next_low"], best["vs_next_high"]):
+        claim = "one run on a side: no claim"
+    else:
+        claim = "beyond noise" if best["vs_next_claim"] == 1 else "**within noise**: a tie"
+    return f"ahead of the next, {strategy_label(runner_up, keys)}, by {lead} ({claim})"
+
+
+def model_reason(rows: pd.DataFrame, keys: list[str], settings: pd.DataFrame) -> str:
+    """The model's account of the ranking: whether it orders the strategies as measured (pairs
+    within noise may go either way), the pairs it gets wrong, and what costs each multi-device
+    strategy most against n x."""
+    predicted = rows.dropna(subset=["predicted_samples_per_s"])
+    if len(predicted) < 2:
+        return "The model has too few of these strategies to rank (it needs a finished one-device baseline)."
+    order = ", ".join(strategy_label(r, keys) for _, r in predicted.sort_values("model_rank").iterrows())
+    if bool(rows["model_agrees"].iloc[0]):
+        head = f"The model orders them as measured, up to ties within noise: {order}."
+    else:
+        wrong = [
+            f"{strategy_label(r, keys)} beat {strategy_label(settings.loc[int(other)], keys)} beyond noise"
+            for _, r in predicted.iterrows()
+            if isinstance(r["model_misorders"], str)
+            for other in r["model_misorders"].split()
+        ]
+        head = f"The model orders them {order}, which the measurements contradict: {'; '.join(wrong)}."
+    losses = [
+        f"{strategy_label(r, keys)}: {text(r['largest'])}, {significant(r['largest_s'])} s per epoch"
+        for _, r in rows.iterrows()
+        if isinstance(r["largest"], str)
+    ]
+    return head + (" Largest loss against n x: " + "; ".join(losses) + "." if losses else "")
+
+
+def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
+    table = pd.DataFrame(
+        {
+            "rank": rows["rank"].map(or_na(lambda v: str(whole(v)))),
+            "strategy": [strategy_label(r, keys) for _, r in rows.iterrows()],
+            "samples/s [95 %]": [
+                stats.interval_text(stats.value(r, "samples_per_s"), significant) for _, r in rows.iterrows()
+            ],
+            "vs one device": [
+                "n/a" if pd.isna(r["vs_one_device"]) else stats.interval_text(stats.value(r, "vs_one_device"), unit="x")
+                for _, r in rows.iterrows()
+            ],
+            "MB per device: measured (predicted)": [
+                f"{or_na(significant)(m)} ({or_na(significant)(p)})"
+                for m, p in zip(rows["memory_mb"], rows["predicted_memory_mb"])
+            ],
+            "model: samples/s (rank)": [
+                "n/a" if pd.isna(v) else f"{significant(v)} ({whole(k)})"
+                for v, k in zip(rows["predicted_samples_per_s"], rows["model_rank"])
+            ],
+        }
+    )
+    return markdown_table(table, escape=False)
+
+
+def strategies(tables: Tables) -> str:
+    """Per workload: the fastest strategy that fits with its interval and its lead over the next,
+    the ranking as a table, the strategies that did not run and why, and the model's reason (the
+    strategies table: dpstudy.analysis.strategies)."""
+    table = tables["strategies"]
+    ran = table[table["rank"].notna()]
+    if ran.empty:
+        return not_measured(why_not_run(tables["cells"]))
+    keys = varied(tables)
+    sections = []
+    workloads = sorted(ran["workload"].unique())
+    for number in workloads[:LIST_LIMIT]:
+        rows, every = ranked(table, number), table[table["workload"] == number]
+        best = rows.iloc[0]
+        runner_up = rows.iloc[1] if len(rows) > 1 else None
+        fastest = (
+            f"**{workload_label(best, keys)}**: fastest that fits: **{strategy_label(best, keys)}**, "
+            f"{stats.interval_text(stats.value(best, 'samples_per_s'), significant, ' samples/s')}"
+            + (
+                f", {stats.interval_text(stats.value(best, 'vs_one_device'), unit='x')} one device"
+                if pd.notna(best["vs_one_device"])
+                else ""
+            )
+            + f"; {lead_text(best, runner_up, keys)}."
+        )
+        unfit = every[every["fits"].eq(False)]
+        other = every[every["rank"].isna() & ~every["fits"].eq(False)]
+        notes = [f"- does not fit: {strategy_label(r, keys)}: {text(r['reason'])}" for _, r in unfit.iterrows()] + [
+            f"- did not run: {strategy_label(r, keys)}: {text(r['status'])}, {text(r['reason'])}"
+            for _, r in other.iterrows()
+        ]
+        sections.append(
+            "\n\n".join(
+                [
+                    fastest,
+                    strategy_table(rows, keys),
+                    *(["\n".join(notes)] if notes else []),
+                    model_reason(rows, keys, by_setting(tables)),
+                ]
+            )
+        )
+    more = len(workloads) - LIST_LIMIT
+    tail = "\n\n" + more_in(more, table_csv("strategies"), "workload") if more > 0 else ""
+    return STRATEGIES_INTRO + "\n\n" + "\n\n".join(sections) + tail
