@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpstudy.data import synthetic, user
+from dpstudy.data import synthetic, user, user_folder, user_function
 from dpstudy.data.registry import DATASETS, GENERATED_ONLY, DatasetError, info, log
 from dpstudy.util.atomic import atomic_output, write_json
 from dpstudy.util.errors import ConfigError
@@ -74,8 +74,9 @@ def _require_ready(name: str, root: str | Path) -> None:
 
 def prepare(name: str, root: str | Path, overrides: dict | None = None, code_path: str | None = None) -> Path:
     """Make the dataset ready under root/name (download + verify, generate, or read a user's
-    folder or function: dpstudy.data.user); returns that folder. `overrides` are the study's
-    settings of the dataset (config datasets.NAME), `code_path` where a user's function is found.
+    folder or function: dpstudy.data.user_folder, dpstudy.data.user_function); returns that
+    folder. `overrides` are the study's settings of the dataset (config datasets.NAME),
+    `code_path` where a user's function is found.
 
     Does nothing when it is ready already. Safe against concurrent calls (a file lock) and
     against being killed (temporary files, meta.json last).
@@ -127,7 +128,8 @@ def _generate(name: str, folder: Path, params: dict) -> dict[str, Any]:
 
 
 def _read_user(dataset: user.UserDataset, folder: Path, fingerprint: str) -> dict[str, Any]:
-    data, classes = user.read_splits(dataset)
+    read = user_folder.read_folder if dataset.is_folder else user_function.read_function
+    data, classes = read(dataset)
     source = {"source": dataset.source, **({"path": dataset.path} if dataset.path else {})}
     return {**_write_splits(dataset.name, folder, data, classes), "sources": source, "fingerprint": fingerprint}
 

@@ -16,7 +16,9 @@ fingerprint of what a preparation read (the folder's file list with sizes and ti
 function's source and args, and the settings) is written to meta.json: a new fingerprint
 prepares anew, and the workflow reruns the cells on the data.
 
-No torch at import: the Snakefile describes and fingerprints user datasets when it plans.
+This module describes, checks and fingerprints user datasets, with no torch: the Snakefile does
+all three when it plans. Reading them is dpstudy.data.user_folder's (an image folder) and
+dpstudy.data.user_function's (a function's data), which dpstudy.data.store calls to prepare.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpstudy.data.registry import DATASETS, DatasetError, log
+from dpstudy.data.registry import DATASETS
 from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
 
@@ -37,7 +39,6 @@ IMAGEFOLDER = "imagefolder"
 # torchvision.datasets.folder.IMG_EXTENSIONS (a test holds them equal): what ImageFolder reads
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 DEFAULT_TEST_FRACTION = 0.2
-SPLIT_SEED = 0
 USER_KEYS = ("source", "path", "test_path", "test_fraction", "image_size", "channels", "args")
 
 
@@ -163,146 +164,3 @@ def fingerprint(dataset: UserDataset) -> str:
 
 def settings_of(dataset: UserDataset) -> dict[str, Any]:
     return {k: getattr(dataset, k) for k in USER_KEYS}
-
-
-# ---- preparation (torch from here on) -----------------------------------------------------------
-
-
-def read_splits(dataset: UserDataset) -> tuple[dict, list[str]]:
-    """({"train": (images, labels), "test": (images, labels)}, class names) of a user dataset,
-    images uint8 [N, C, S, S]."""
-    if dataset.is_folder:
-        return read_folder(dataset)
-    return read_function(dataset)
-
-
-def read_folder(dataset: UserDataset) -> tuple[dict, list[str]]:
-    classes = sorted(class_folders(dataset.path, ""))
-    train = load_images(dataset, dataset.path, classes)
-    if dataset.test_path:
-        test = load_images(dataset, dataset.test_path, classes)
-    else:
-        train, test = split_by_class(*train, dataset.test_fraction or DEFAULT_TEST_FRACTION)
-    if not len(test[1]):
-        raise DatasetError(f"dataset {dataset.name!r}: no test image (every class has a single image)")
-    return {"train": train, "test": test}, classes
-
-
-def load_images(dataset: UserDataset, path: str, classes: list[str]):
-    """Every image of an ImageFolder tree, decoded, converted, resized and cropped."""
-    import torch
-    from torchvision import datasets, transforms
-
-    mode = {1: "L", 3: "RGB"}[dataset.channels]
-    resize = transforms.Compose(
-        [transforms.Resize(dataset.image_size), transforms.CenterCrop(dataset.image_size), transforms.PILToTensor()]
-    )
-    folder = datasets.ImageFolder(path, loader=lambda p: p)  # paths: decoded below, with the file named on error
-    if folder.classes != classes:
-        raise DatasetError(f"dataset {dataset.name!r}: {path} has classes {folder.classes}, expected {classes}")
-    images, labels = [], []
-    for file, label in folder.samples:
-        images.append(resize(open_image(file, mode, dataset.name)))
-        labels.append(label)
-    log(dataset.name, f"read {len(labels)} images of {len(classes)} classes from {path}")
-    return torch.stack(images), torch.tensor(labels, dtype=torch.int64)
-
-
-def open_image(file: str, mode: str, name: str):
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(file) as image:
-            return image.convert(mode)
-    except (OSError, UnidentifiedImageError) as error:
-        raise DatasetError(f"dataset {name!r}: cannot read image {file}: {error}") from error
-
-
-def split_by_class(images, labels, fraction: float):
-    """(train, test): `fraction` of every class (rounded, at least one of a class of two or more)
-    chosen by a seeded permutation, the rest for training."""
-    import torch
-
-    g = torch.Generator().manual_seed(SPLIT_SEED)
-    test_idx = []
-    for label in labels.unique().tolist():
-        members = (labels == label).nonzero().flatten()
-        n_test = min(len(members) - 1, max(1, round(len(members) * fraction))) if len(members) > 1 else 0
-        test_idx.append(members[torch.randperm(len(members), generator=g)[:n_test]])
-    test_mask = torch.zeros(len(labels), dtype=torch.bool)
-    test_mask[torch.cat(test_idx)] = True
-    return (images[~test_mask], labels[~test_mask]), (images[test_mask], labels[test_mask])
-
-
-def read_function(dataset: UserDataset) -> tuple[dict, list[str]]:
-    """The user's function called with its args, its result checked and made uint8 [N, C, S, S]."""
-    function = refs.load(dataset.source, dataset.code_path)
-    where = f"dataset {dataset.name!r} ({dataset.source})"
-    try:
-        result = function(**dataset.args)
-    except TypeError as error:
-        raise ConfigError(f"{where} cannot be called with args {dataset.args}: {error}") from error
-    if not (isinstance(result, tuple | list) and len(result) == 3):
-        raise DatasetError(f"{where} returned {type(result).__name__}; expected (train, test, classes)")
-    train, test, classes = result
-    classes = [str(c) for c in classes]
-    splits = {split: as_tensors(data, f"{where}, {split}") for split, data in (("train", train), ("test", test))}
-    splits = {split: resized(images, labels, dataset, where) for split, (images, labels) in splits.items()}
-    for split, (_, labels) in splits.items():
-        if len(labels) and (labels.min() < 0 or labels.max() >= len(classes)):
-            raise DatasetError(f"{where}, {split}: labels outside 0..{len(classes) - 1} ({len(classes)} classes)")
-    return splits, classes
-
-
-def as_tensors(data, where: str):
-    """(images, labels) from a pair of tensors or a Dataset of (image, label)."""
-    import torch
-
-    if isinstance(data, tuple | list) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-        images, labels = data
-    elif hasattr(data, "__getitem__") and hasattr(data, "__len__") and not isinstance(data, torch.Tensor):
-        items = [data[i] for i in range(len(data))]
-        images = torch.stack([as_image(image, where) for image, _ in items]) if items else torch.empty(0)
-        labels = torch.tensor([int(label) for _, label in items], dtype=torch.int64)
-    else:
-        raise DatasetError(f"{where}: expected (images, labels) tensors or a Dataset, got {type(data).__name__}")
-    if images.dim() != 4 or len(images) != len(labels) or not len(labels):
-        raise DatasetError(
-            f"{where}: images {tuple(images.shape)} and {len(labels)} labels; expected [N, C, H, W], N > 0"
-        )
-    return images, labels.to(torch.int64)
-
-
-def as_image(image, where: str):
-    import torch
-    from torchvision.transforms.functional import pil_to_tensor
-
-    if isinstance(image, torch.Tensor):
-        return image
-    try:
-        return pil_to_tensor(image)
-    except TypeError as error:
-        raise DatasetError(
-            f"{where}: a sample is a {type(image).__name__}, not an image tensor or PIL image"
-        ) from error
-
-
-def resized(images, labels, dataset: UserDataset, where: str):
-    """uint8 images of side `image_size` (or their own, when square and no size is set)."""
-    import torch
-    from torchvision.transforms import functional as F
-
-    if images.is_floating_point():
-        images = (images.clamp(0, 1) * 255).round().to(torch.uint8)
-    elif images.dtype != torch.uint8:
-        raise DatasetError(f"{where}: images of dtype {images.dtype}; expected uint8 (0-255) or float (0-1)")
-    if images.shape[1] not in (1, 3):
-        raise DatasetError(f"{where}: {images.shape[1]} channels; expected 1 or 3")
-    size = dataset.image_size
-    if size is None:
-        if images.shape[2] != images.shape[3]:
-            raise DatasetError(f"{where}: images {tuple(images.shape[2:])} are not square: set image_size")
-        return images.contiguous(), labels
-    if tuple(images.shape[2:]) != (size, size):
-        images = F.center_crop(F.resize(images, size, antialias=True), size)
-    return images.contiguous(), labels

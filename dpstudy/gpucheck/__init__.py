@@ -10,6 +10,7 @@ is rewritten from all raw files present after every run (summary.render). Withou
 line, exit status 77 (runner.NO_GPU), nothing written.
 
 Modules: registry (items, figures, targets), runner (the command), worker (one item in a child
-process), items and study (what each item does), summary (summary.md from the raw files).
+process), gputests, study and measurements (what items 1, 2 and 3 to 6 do), summary (summary.md
+from the raw files).
 Nothing heavy is imported here: the runner decides about the GPU before anything else runs.
 """

@@ -1,9 +1,9 @@
 """The six checks of `make gpu-check`, in order: the single source of their names, titles, the
 function that runs each, and every figure each reports with its target.
 
-An item's function (in dpstudy.gpucheck.items) takes the output folder and returns a dict whose
-"figures" hold the values named here by key ("details" may say more about one); the summary
-compares each with its target. No torch here: the summary is written on any machine.
+An item's function (in dpstudy.gpucheck.gputests, study or measurements) takes the output
+folder and returns a dict whose "figures" hold the values named here by key ("details" may say
+more about one); the summary compares each with its target. No torch here: the summary is written on any machine.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ ITEMS: tuple[Item, ...] = (
     Item(
         "tests",
         "gpu-marked tests: CUDA kernels vs reference, opcheck, gradcheck, autocast, memory accounting",
-        "dpstudy.gpucheck.items:run_tests",
+        "dpstudy.gpucheck.gputests:run_tests",
         (
             Figure("ran", "gpu tests run (not skipped)", "count", Target(">=", 1)),
             Figure("failed", "gpu tests failed or in error", "count", Target("==", 0)),
@@ -167,7 +167,7 @@ ITEMS: tuple[Item, ...] = (
     Item(
         "loader",
         "device loader vs source 002's DataLoader (workers 0, affine), LeNet on 28x28",
-        "dpstudy.gpucheck.items:run_loader",
+        "dpstudy.gpucheck.measurements:run_loader",
         (
             Figure("speedup", "device loader (c) vs DataLoader (a), epoch time", "ratio", Target(">=", 20)),
             Figure("data_wait_share", "data wait in the device loader's epoch", "share", Target("<", 0.05)),
@@ -180,7 +180,7 @@ ITEMS: tuple[Item, ...] = (
     Item(
         "resnet",
         "ResNet-18 (source 003's small-image variant), CIFAR-sized, batch 512, bf16 + channels_last",
-        "dpstudy.gpucheck.items:run_resnet",
+        "dpstudy.gpucheck.measurements:run_resnet",
         (
             Figure(
                 "images_per_s", "training images/s (device loader, steady epochs)", "img_per_s", Target(">=", 40_000)
@@ -195,7 +195,7 @@ ITEMS: tuple[Item, ...] = (
     Item(
         "grayscale",
         "the extension's CUDA rgb_to_grayscale: achieved bandwidth vs the device's peak",
-        "dpstudy.gpucheck.items:run_grayscale",
+        "dpstudy.gpucheck.measurements:run_grayscale",
         (
             Figure("fraction_of_peak", "extension bandwidth / peak memory bandwidth", "share", Target(">=", 0.5)),
             Figure(
@@ -213,7 +213,7 @@ ITEMS: tuple[Item, ...] = (
     Item(
         "comm",
         "NCCL and Gloo all-reduce on CUDA tensors",
-        "dpstudy.gpucheck.items:run_comm",
+        "dpstudy.gpucheck.measurements:run_comm",
         (
             Figure("ran", "both backends ran without error", "bool", Target("true", text="yes")),
             Figure("nccl_busbw_gbps", "NCCL bus bandwidth, largest size", "gb_per_s"),

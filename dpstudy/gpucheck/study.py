@@ -5,7 +5,7 @@ every core and `--resources gpu=<visible GPUs>`, as `make run` would on this hos
 leaves out the cells that need more GPUs than that, with one warning naming them (dpstudy.study.sweeps
 .within_gpu_budget); a cell that does run on too few GPUs records itself as skipped with the
 reason. Either way counts as "skipped with the reason"; what is checked afterwards comes from
-results/tables (dpstudy.analysis.collect's columns):
+results/tables (dpstudy.analysis.tables' columns):
 
 - every single g1, dp g1, ddp g1 nccl and ddp g1 gloo cell is `ok`, on CUDA;
 - every cell needing more GPUs than visible is skipped (record) or left out (warning), naming GPUs;

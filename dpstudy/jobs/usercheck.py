@@ -129,13 +129,13 @@ def dataset_shape(name: str, settings: dict, data_root: str, fingerprint: str | 
     if dataset.is_folder:
         classes = user.class_folders(dataset.path, "")
         return (dataset.channels, dataset.image_size, dataset.image_size), len(classes)
-    from dpstudy.data import store
+    from dpstudy.data import store, user_function
 
     if store.is_ready(name, data_root):
         meta = store.load_meta(name, data_root)
         if meta.get("fingerprint") == fingerprint:
             return tuple(meta["shape"]), len(meta["classes"])
-    splits, classes = user.read_splits(dataset)
+    splits, classes = user_function.read_function(dataset)
     return tuple(splits["train"][0].shape[1:]), len(classes)
 
 

@@ -29,9 +29,14 @@ def script(name: str):
     return module
 
 
-setup_venv, lock_requirements = script("setup_venv"), script("lock_requirements")
+lock_requirements = script("lock_requirements")
+# scripts/setup_venv.py's package, importable as `python3 scripts/setup_venv.py` imports it (appended:
+# it shadows nothing).
+sys.path.append(str(REPO / "scripts"))
+from dpstudy_setup import LOCK, TORCH_LOCK, hosttorch, versions  # noqa: E402
+from dpstudy_setup.venv import STATE_FILE  # noqa: E402
 
-RANGES = setup_venv.declared_ranges()
+RANGES = versions.declared_ranges()
 BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
 
 
@@ -49,22 +54,42 @@ BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
     ],
 )
 def test_release_drops_pre_release_and_local_labels(version, release):
-    assert setup_venv.release(version) == release
+    assert versions.release(version) == release
 
 
 @pytest.mark.parametrize("version", ["2.5.1", "2.6.0", "2.6.3", "2.11.0", "2.14.1", "2.99", "3.0.0", "3.1"])
 def test_range_check_agrees_with_packaging_on_releases(version):
-    assert setup_venv.satisfies(version, RANGES["torch"]) == (Version(version) in SpecifierSet(RANGES["torch"]))
+    assert versions.satisfies(version, RANGES["torch"]) == (Version(version) in SpecifierSet(RANGES["torch"]))
 
 
 def test_vendor_builds_count_as_the_release_they_precede():
     # NVIDIA's containers label torch as a pre-release of the version whose API it carries
-    assert setup_venv.satisfies("2.6.0a0+ecf3bae40a.nv25.01", RANGES["torch"])
-    assert not setup_venv.satisfies("2.5.0a0+nv24.08", RANGES["torch"])
+    assert versions.satisfies("2.6.0a0+ecf3bae40a.nv25.01", RANGES["torch"])
+    assert not versions.satisfies("2.5.0a0+nv24.08", RANGES["torch"])
 
 
 def test_declared_ranges_are_pyproject_s():
     assert RANGES == {"torch": ">=2.6,<3", "torchvision": ">=0.21,<1"}
+
+
+def test_versions_work_on_a_python_without_pip_or_packaging():
+    # make setup runs with the system's python3, which may have neither (Debian's without
+    # python3-pip): packaging then comes from the pip wheel that `python -m venv` installs.
+    code = (
+        f"import importlib.util, json, sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); "
+        "found = [m for m in ('pip', 'packaging') if importlib.util.find_spec(m)]; "
+        "from dpstudy_setup import versions; "
+        "print(json.dumps([found, versions.Version.__module__, "
+        "versions.satisfies('2.7.0a0+79aa17489c.nv25.04', '>=2.6,<3'), versions.declared_ranges()]))"
+    )
+    # -I -S: no site-packages, where pip and packaging are installed
+    proc = subprocess.run([str(BASE_PYTHON), "-I", "-S", "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    found, module, satisfied, ranges = json.loads(proc.stdout)
+    assert satisfied and ranges == RANGES
+    if found:
+        pytest.skip(f"{BASE_PYTHON} imports {found} without site-packages: the fallback is not needed there")
+    assert module == "pip._vendor.packaging.version"
 
 
 # ---- the host's PyTorch -------------------------------------------------------------------------
@@ -112,13 +137,13 @@ GOOD = {
 )
 def test_host_torch_refused_with_the_reason(found, problem):
     found = {key: value for key, value in found.items() if value is not None}
-    problems = setup_venv.host_torch_problems(found, RANGES)
+    problems = hosttorch.host_torch_problems(found, RANGES)
     assert problems[0].startswith(problem), problems
 
 
 def test_every_problem_is_named():
     found = {**GOOD, "torch": "2.5.1", "torchvision": "0.20.1", "torchvision_requires": ["torch==2.5.1"]}
-    assert setup_venv.host_torch_problems(found, RANGES) == [
+    assert hosttorch.host_torch_problems(found, RANGES) == [
         "torch 2.5.1 (in /opt/torch/site-packages) is outside dpstudy's supported range torch>=2.6,<3 (pyproject.toml)",
         "torchvision 0.20.1 is outside dpstudy's supported range torchvision>=0.21,<1",
     ]
@@ -132,7 +157,7 @@ def test_every_problem_is_named():
     ],
 )
 def test_host_torch_accepted(found):
-    assert setup_venv.host_torch_problems(found, RANGES) == []
+    assert hosttorch.host_torch_problems(found, RANGES) == []
 
 
 def test_a_python_without_torch_is_refused_before_the_venv_is_touched(tmp_path):
@@ -186,21 +211,21 @@ def _requirements(extras: tuple[str, ...] = ("test", "browser")) -> list[Require
 
 
 def test_the_lock_pins_every_requirement_within_its_range():
-    lock, torch = setup_venv.read_pins(setup_venv.LOCK), setup_venv.read_pins(setup_venv.TORCH_LOCK)
+    lock, torch = versions.read_pins(LOCK), versions.read_pins(TORCH_LOCK)
     assert not set(lock) & set(torch), "a distribution pinned twice"
     pins = {**lock, **torch}
     for req in _requirements():
         name = canonicalize_name(req.name)
         assert name in pins, f"{req} is not in the lock"
         assert Version(pins[name]) in req.specifier, f"the lock's {name}=={pins[name]} breaks {req}"
-    assert setup_venv.same_release(setup_venv.torchvision_build_for(torch["torchvision"]), torch["torch"])
+    assert versions.same_release(versions.torchvision_build_for(torch["torchvision"]), torch["torch"])
     assert {"torch", "torchvision"} <= set(torch) and "setuptools" in lock  # the offline build needs it
 
 
 def test_this_environment_is_the_lock_s():
     # The versions the tests pass with are the lock's: every locked distribution this venv installed
     # itself (not one a host provides under TORCH=system) is at its pinned version.
-    pins = {**setup_venv.read_pins(setup_venv.LOCK), **setup_venv.read_pins(setup_venv.TORCH_LOCK)}
+    pins = {**versions.read_pins(LOCK), **versions.read_pins(TORCH_LOCK)}
     # setuptools is pinned as dpstudy's build backend, which pip installs in its isolated build
     # environment; the venv's own copy is whatever `python -m venv` (or a host) brought.
     pins.pop("setuptools")
@@ -256,7 +281,7 @@ def test_offline_setup_on_a_host_pytorch_other_than_the_lock_s(tmp_path):
     # that would fail), and must keep the host's.
     torch_lock = checkout / "requirements" / "torch.txt"
     torch_lock.write_text(
-        torch_lock.read_text().replace(f"torch=={setup_venv.read_pins(torch_lock)['torch']}", "torch==2.6.0")
+        torch_lock.read_text().replace(f"torch=={versions.read_pins(torch_lock)['torch']}", "torch==2.6.0")
     )
     host_python = host_with_only_torch(tmp_path / "host")
     host_torch = subprocess.run(
@@ -291,7 +316,7 @@ def test_offline_setup_on_a_host_pytorch_other_than_the_lock_s(tmp_path):
         "torch_path": str(host_site),
         "torch_provider": "host",
     }
-    state = json.loads((checkout / ".venv" / setup_venv.STATE_FILE).read_text())
+    state = json.loads((checkout / ".venv" / STATE_FILE).read_text())
     assert state["torch"] == "system" and state["torch_version"] == host_torch
 
     # The venv remembers how it was made: a plain `make setup` (make run, make test) keeps it, silently.
@@ -311,5 +336,5 @@ def test_the_conda_environment_pins_the_lock_s_pytorch():
     pip_section = next(
         d["pip"] for d in yaml.safe_load((REPO / "envs/train.yaml").read_text())["dependencies"] if isinstance(d, dict)
     )
-    torch = setup_venv.read_pins(setup_venv.TORCH_LOCK)
+    torch = versions.read_pins(TORCH_LOCK)
     assert {f"torch=={torch['torch']}", f"torchvision=={torch['torchvision']}"} <= set(pip_section)

@@ -16,7 +16,7 @@ import pytest
 import torch
 from helpers import REPO
 
-from dpstudy.gpucheck import items, registry, runner, study, summary, worker
+from dpstudy.gpucheck import gputests, measurements, registry, runner, study, summary, worker
 
 RECORDED = REPO / "tests" / "data" / "gpucheck"
 
@@ -210,7 +210,7 @@ def test_resnet_throughput_on_cpu_counts_flops_like_models_stats():
     assert m["flops_per_image"] == models.cost("resnet18", 3, 16)["train_flops_per_sample"]
     assert m["achieved_tflops"] == pytest.approx(m["images_per_s"] * m["flops_per_image"] / 1e12)
     assert m["mfu"] is None and m["loss_finite"] and 0 <= m["data_wait_share"] < 1
-    result = items.resnet_result(m)
+    result = measurements.resnet_result(m)
     assert result["details"]["mfu"].startswith("unknown (device not in the table")
     assert summary.evaluate(registry.BY_NAME["resnet"], {"status": "ok", **result}).rows[1].verdict == "no target"
 
@@ -231,7 +231,7 @@ def test_grayscale_bandwidth_counts_bytes_and_checks_the_output():
     lazy = lambda images: torch.cat([reference.rgb_to_grayscale(images[:1]), torch.zeros_like(images[1:, :1])])  # noqa: E731
     check = bandwidth.check_output(lazy, torch.full((3, 3, 2, 2), 200, dtype=torch.uint8))
     assert not check["correct"] and check["mismatched_pixels"] == 8
-    figures = items.grayscale_result(r, "test peak")["figures"]
+    figures = measurements.grayscale_result(r, "test peak")["figures"]
     assert figures["correct"] is True and figures["fraction_of_peak"] == ext["fraction_of_peak"]
 
 
@@ -266,7 +266,7 @@ def test_loader_benchmark_on_cpu_gives_the_item_its_figures():
 
     results = loader.run("cpu", keys=("a", "c"), repeats=1, train_size=512)
     assert list(results) == ["a", "c"] and all(r["samples"] == 512 for r in results.values())
-    figures = items.loader_result(results)["figures"]
+    figures = measurements.loader_result(results)["figures"]
     assert figures["speedup"] == pytest.approx(results["a"]["wall_s"] / results["c"]["wall_s"])
     assert figures["data_wait_share"] == pytest.approx(results["c"]["data_wait_s"] / results["c"]["wall_s"])
     assert "c_vs_bound" not in figures and loader.table(results)[2].startswith("| (a) | torch, 0 workers, affine |")
@@ -282,15 +282,15 @@ def test_junit_counts_and_the_tests_verdict(tmp_path):
         'x</failure></testcase><testcase classname="tests.test_ext" name="test_c"><error message="fixture">e</error>'
         "</testcase></testsuite></testsuites>"
     )
-    counts = items.junit_counts(xml)
+    counts = gputests.junit_counts(xml)
     assert (counts["ran"], counts["failed"], counts["passed"], counts["skipped"]) == (5, 2, 3, 2)
     assert [f["test"] for f in counts["failing"]] == ["tests.test_gpu::test_b", "tests.test_ext::test_c"]
-    result = items.tests_result(counts, 1, 12.0, "raw/tests.xml")
+    result = gputests.tests_result(counts, 1, 12.0, "raw/tests.xml")
     assert any("DPSTUDY_GPU_SEED=123" in note for note in result["notes"])
     tests = registry.BY_NAME["tests"]
     assert summary.evaluate(tests, {"status": "ok", **result}).verdict == "FAIL"
     all_skipped = {**counts, "tests": 4, "skipped": 4, "ran": 0, "failed": 0, "passed": 0, "failing": []}
-    verdict = summary.evaluate(tests, {"status": "ok", **items.tests_result(all_skipped, 0, 3.0, "x")})
+    verdict = summary.evaluate(tests, {"status": "ok", **gputests.tests_result(all_skipped, 0, 3.0, "x")})
     assert verdict.verdict == "FAIL" and "CUDA was not usable inside pytest" in verdict.rows[0].measured
 
 
@@ -364,15 +364,16 @@ def test_comm_figures_on_one_gpu_and_on_two():
         df["busbw_gbps"] = df.bytes / df.median_s / 1e9 * 2 * (world - 1) / world
         return df
 
-    assert items.comm_plan(1) == [("nccl", 1), ("gloo", 2)] and items.comm_plan(4) == [("nccl", 2), ("gloo", 2)]
+    assert measurements.comm_plan(1) == [("nccl", 1), ("gloo", 2)]
+    assert measurements.comm_plan(4) == [("nccl", 2), ("gloo", 2)]
     # all_gather and reduce_scatter rows (3x slower) sit beside them in comm.csv: the figures are all_reduce's
     others = [rows(b, w, c, slower=3) for b, w in (("nccl", 1), ("gloo", 2)) for c in ("all_gather", "reduce_scatter")]
-    one = items.comm_result(pd.concat([*others, rows("nccl", 1), rows("gloo", 2)]), 1, {})
+    one = measurements.comm_result(pd.concat([*others, rows("nccl", 1), rows("gloo", 2)]), 1, {})
     assert one["figures"]["ran"] and one["figures"]["nccl_latency_us"] == pytest.approx(20)
     assert "nccl_busbw_gbps" not in one["figures"] and "world size 1" in one["details"]["nccl_busbw_gbps"]
     assert one["figures"]["gloo_busbw_gbps"] == pytest.approx((256 << 20) / 5e-2 / 1e9)
-    assert items.ONE_GPU_NCCL in one["notes"]
-    two = items.comm_result(rows("gloo", 2), 2, {"nccl": "RuntimeError: NCCL error"})
+    assert measurements.ONE_GPU_NCCL in one["notes"]
+    two = measurements.comm_result(rows("gloo", 2), 2, {"nccl": "RuntimeError: NCCL error"})
     assert two["figures"]["ran"] is False and "NCCL error" in two["details"]["nccl_latency_us"] and not two["notes"]
 
 
