@@ -1,4 +1,4 @@
-"""Collect record.json files into results/tables: one CSV per name in dpstudy.analysis.collect.TABLES
+"""Collect record.json files into results/tables: one CSV per name in dpstudy.study.outputs.TABLES
 (cells, epochs, ranks, util, memory_split; settings, scaling and the tables of every number the report states:
 scaling_settings, comparisons, summary, data_wait, memory, memory_accuracy, util_means, varied, pivot) and stale.txt.
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from dpstudy import models
-from dpstudy.analysis import collect
+from dpstudy.analysis import collect, tablefiles
+from dpstudy.analysis.records import RecordError
 from dpstudy.record.provenance import code_version
 
 
@@ -47,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = pd.read_csv(args.memory_plan) if args.memory_plan and args.memory_plan.is_file() else None
         tables = collect.collect(paths, code_version(), plan, factory_hash)
-    except collect.RecordError as e:
+    except RecordError as e:
         sys.exit(f"error: {e}")
     comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None
     tables = collect.summarise(tables, comm)
-    for path in collect.write_tables(tables, args.out_dir):
+    for path in tablefiles.write_tables(tables, args.out_dir):
         print(f"wrote {path}")
     return 0
 

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dpstudy.analysis import collect
+from dpstudy.analysis import tablefiles
 from dpstudy.report import figures as plots
 
 
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", type=Path, required=True, help="folder written by scripts/collect.py")
     parser.add_argument("--out", type=Path, required=True, help="folder of the PNGs")
     args = parser.parse_args(argv)
-    for path in plots.render(collect.read_tables(args.tables), args.out):
+    for path in plots.render(tablefiles.read_tables(args.tables), args.out):
         print(f"wrote {path}")
     return 0
 

@@ -1,297 +1,22 @@
-"""Records -> tidy tables (docs/design.md, Tables): cells, epochs, ranks and util, plus the stale list.
+"""Records -> tables (docs/design.md, Tables): the two steps of scripts/collect.py.
 
-Every record becomes a row of cells.csv whatever its status: skipped, oom and failed cells keep
-their reason there and are never dropped. Tables are written atomically, each one either the
-old or the complete new file.
+`collect` reads and validates the records (dpstudy.analysis.records) and makes the tables of
+records: cells, epochs, ranks and util (dpstudy.analysis.tables) and memory_split
+(dpstudy.analysis.memory). `summarise` derives every other table of TABLES from them.
+dpstudy.analysis.tablefiles writes them as CSV and reads them back.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import fastjsonschema
 import pandas as pd
-from jsonschema import ValidationError
 
 from dpstudy.analysis import comparisons, memory, pivots, scaling, stats, strategies, summary
-from dpstudy.analysis.baseline import with_speedup
-from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS, column_value
-from dpstudy.record import fields as record
-from dpstudy.record.fields import EPOCH_FIELDS, OPTIONAL_SUMMARY_FIELDS, SUMMARY_FIELDS
-from dpstudy.study.outputs import STALE_FILE, TABLES
-from dpstudy.study.spec import devices as spec_devices
-from dpstudy.util.atomic import write_csv, write_text
-
-# (model, code_path) -> the current hash of a user factory's source, or None
-FactoryHash = Callable[[str, "str | None"], "str | None"]
-# env key -> cells.csv column; the resolved device is `env_device` because `device` is the
-# spec's request (auto | cuda | cpu).
-ENV_COLUMNS = {
-    "world_size": "world_size",
-    "device": "env_device",
-    "torch": "torch",
-    "torch_provider": "torch_provider",
-    "torch_path": "torch_path",
-    "cuda": "cuda",
-    "cudnn": "cudnn",
-    "nccl": "nccl",
-    "python": "python",
-    "hostname": "hostname",
-    "cpu": "cpu",
-    "driver": "driver",
-    "threads_per_process": "threads_per_process",
-}
-# record.probe (dpstudy.engine.probe): the parts of a step the scaling model needs.
-PROBE_FIELDS = (
-    "sync_step_s",
-    "nosync_step_s",
-    "allreduce_s",
-    "grad_bytes",
-    "allgather_s",
-    "reduce_scatter_s",
-    "gather_bytes",
-    "units",
-    "scatter_s",
-    "replicate_s",
-    "gather_s",
-)
-
-CELL_COLUMNS = (
-    "cell",
-    *SPEC_KEYS,
-    "status",
-    "reason",
-    *SUMMARY_FIELDS,
-    *OPTIONAL_SUMMARY_FIELDS,
-    "devices",
-    "world_size",
-    "env_device",
-    "global_batch",
-    "epochs_done",
-    "epochs_s",
-    "overhead_s",
-    "peak_mem_mb_max",
-    "peak_mem_mb_min",
-    "other_load",
-    "baseline",
-    "speedup",
-    "efficiency",
-    "stale",
-    "record",
-    "torch",
-    "torch_provider",
-    "torch_path",
-    "cuda",
-    "cudnn",
-    "nccl",
-    "python",
-    "hostname",
-    "cpu",
-    "gpu_names",
-    "driver",
-    "threads_per_process",
-    "git_commit",
-    "source_hash",
-    "scheduler",
-    "job_id",
-    "rank_nodes",
-    *PROBE_FIELDS,
-)
-EPOCH_COLUMNS = (
-    "cell",
-    *SPEC_KEYS,
-    "status",
-    "devices",
-    "world_size",
-    "env_device",
-    "global_batch",
-    "warmup",
-    *(f for f in EPOCH_FIELDS if f != "peak_mem_mb"),
-    "peak_mem_mb_max",
-    "compile_s",  # compile: true: the epoch's training steps that compiled (inside wall_s and compute_s)
-)
-RANK_COLUMNS = ("cell", "epoch", "rank", "peak_mem_mb")
-UTIL_COLUMNS = ("cell", "device", "t", "gpu_util", "mem_util", "mem_mb")
-
-
-class RecordError(ValueError):
-    """A record that cannot be read; the message names the file."""
-
-
-@functools.cache
-def quick_check():
-    """RECORD_SCHEMA compiled to Python by fastjsonschema. jsonschema walks the schema anew for every
-    record, about 1 ms each: a 3,000-cell study paid seconds for it. A record the quick check rejects
-    goes on to jsonschema, so only one it accepts matters: the keywords the schema uses (type,
-    required, properties, items, minimum, const, enum, additionalProperties) mean the same in draft 7,
-    which fastjsonschema implements, as in 2020-12 (booleans are not numbers in either)."""
-    return fastjsonschema.compile({k: v for k, v in record.RECORD_SCHEMA.items() if k != "$schema"})
-
-
-def read_record(path: str) -> dict[str, Any]:
-    """record.read, validated faster: a record the quick check passes is valid; any other is
-    validated by jsonschema as record.read does, which raises its ValidationError (same message)."""
-    with open(path) as f:
-        rec = json.load(f)
-    try:
-        quick_check()(rec)
-    except fastjsonschema.JsonSchemaException:
-        record.validate(rec)  # rejects it, and words the error
-    return rec
-
-
-def read_records(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
-    """(path, record) for every path, validated; an unreadable one raises RecordError naming it."""
-    records, seen = [], {}
-    for path in map(str, paths):
-        try:
-            rec = read_record(path)
-        except (OSError, json.JSONDecodeError, ValidationError) as e:
-            detail = e.message if isinstance(e, ValidationError) else str(e)
-            raise RecordError(f"{path}: not a valid record: {detail}") from None
-        if rec["cell"] in seen:
-            raise RecordError(f"{path}: cell {rec['cell']!r} already came from {seen[rec['cell']]}")
-        seen[rec["cell"]] = path
-        records.append((path, rec))
-    return records
-
-
-def global_batch(spec: dict[str, Any]) -> int | None:
-    if spec.get("batch") is None or spec.get("gpus") is None:
-        return None
-    return spec["batch"] if spec.get("batch_scope", "global") == "global" else spec["batch"] * spec_devices(spec)
-
-
-def cell_settings(rec: dict[str, Any]) -> dict[str, Any]:
-    """The columns every table repeats: id, every spec key, status and where it ran."""
-    spec, env = {**SPEC_DEFAULTS, **rec["spec"]}, rec["env"]
-    return {
-        "cell": rec["cell"],
-        **{k: column_value(spec.get(k)) for k in SPEC_KEYS},
-        "status": rec["status"],
-        "devices": spec_devices(spec),
-        "world_size": env.get("world_size"),
-        "env_device": env.get("device"),
-        "global_batch": global_batch(spec),
-    }
-
-
-def rank_nodes(env: dict[str, Any]) -> str | None:
-    """The distinct nodes the ranks ran on, in rank order."""
-    nodes = [r.get("node") or r.get("hostname") for r in env.get("ranks") or []]
-    return "; ".join(dict.fromkeys(filter(None, nodes))) or None
-
-
-def other_load(epochs: list[dict[str, Any]]) -> float | None:
-    """Cores the rest of the machine used while the cell trained, mean over its epochs (records
-    made before dpstudy.engine.monitor.HostLoad have none)."""
-    loads = [e["other_load"] for e in epochs if e.get("other_load") is not None]
-    return sum(loads) / len(loads) if loads else None
-
-
-def is_stale(
-    code: dict[str, Any], spec: dict[str, Any], current_hash: str | None, factory_hash: FactoryHash | None
-) -> bool:
-    """Made with other training code than the current, or with another version of its factory
-    (`factory_hash(model, code_path)`: the current hash of a user factory's source, or None)."""
-    if code.get("source_hash") != current_hash:
-        return True
-    made_with = code.get("user_hash")
-    if made_with is None or factory_hash is None:
-        return False
-    return made_with != factory_hash(spec["model"], spec.get("code_path"))
-
-
-def cell_row(
-    path: str, rec: dict[str, Any], current_hash: str | None, factory_hash: FactoryHash | None = None
-) -> dict[str, Any]:
-    epochs, summary, env = rec["epochs"], rec["summary"], rec["env"]
-    code = env.get("code_version") or {}
-    epochs_s = sum(e["wall_s"] + e["eval_s"] for e in epochs) if epochs else None
-    total_s = summary.get("total_s")
-    last_peaks = epochs[-1]["peak_mem_mb"] if epochs else []
-    return {
-        **cell_settings(rec),
-        "reason": rec["reason"],
-        **{k: summary.get(k) for k in (*SUMMARY_FIELDS, *OPTIONAL_SUMMARY_FIELDS)},
-        "epochs_done": len(epochs),
-        "epochs_s": epochs_s,
-        "overhead_s": total_s - epochs_s if total_s is not None and epochs_s is not None else None,
-        "peak_mem_mb_max": max(last_peaks, default=None),
-        "peak_mem_mb_min": min(last_peaks, default=None),
-        "other_load": other_load(epochs),
-        "stale": is_stale(code, rec["spec"], current_hash, factory_hash),
-        "record": path,
-        **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
-        "gpu_names": "; ".join(env.get("gpus") or []) or None,
-        "git_commit": code.get("git_commit"),
-        "source_hash": code.get("source_hash"),
-        "scheduler": (env.get("job") or {}).get("scheduler"),
-        "job_id": (env.get("job") or {}).get("job_id"),
-        "rank_nodes": rank_nodes(env),
-        **{k: (rec.get("probe") or {}).get(k) for k in PROBE_FIELDS},
-    }
-
-
-def cells_table(
-    records: list[tuple[str, dict]], current_hash: str | None, factory_hash: FactoryHash | None = None
-) -> pd.DataFrame:
-    rows = [cell_row(path, rec, current_hash, factory_hash) for path, rec in records]
-    cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
-    cells = cells.astype(
-        {
-            "samples_per_s": float,
-            "other_load": float,
-            "gpus": "Int64",
-            "nodes": "Int64",
-            "devices": "Int64",
-            "repeat": "Int64",
-            **{k: float for k in PROBE_FIELDS},
-        }
-    )
-    return with_speedup(cells)[list(CELL_COLUMNS)].sort_values("cell", ignore_index=True)
-
-
-def epochs_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
-    rows = []
-    for _, rec in records:
-        settings, epochs = cell_settings(rec), rec["epochs"]
-        for e in epochs:
-            fields = {k: v for k, v in e.items() if k in EPOCH_FIELDS and k != "peak_mem_mb"}
-            rows.append(
-                {
-                    **settings,
-                    "warmup": e["epoch"] == 1 and len(epochs) > 1,
-                    **fields,
-                    "peak_mem_mb_max": max(e["peak_mem_mb"], default=None),
-                    "compile_s": e.get("compile_s"),
-                }
-            )
-    return pd.DataFrame(rows, columns=list(EPOCH_COLUMNS)).sort_values(["cell", "epoch"], ignore_index=True)
-
-
-def ranks_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
-    rows = [
-        {"cell": rec["cell"], "epoch": e["epoch"], "rank": rank, "peak_mem_mb": mb}
-        for _, rec in records
-        for e in rec["epochs"]
-        for rank, mb in enumerate(e["peak_mem_mb"])
-    ]
-    return pd.DataFrame(rows, columns=list(RANK_COLUMNS)).sort_values(["cell", "epoch", "rank"], ignore_index=True)
-
-
-def util_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
-    rows = [
-        {"cell": rec["cell"], "device": int(device), **{k: s.get(k) for k in UTIL_COLUMNS[2:]}}
-        for _, rec in records
-        for device, samples in (rec.get("util") or {}).items()
-        for s in samples
-    ]
-    return pd.DataFrame(rows, columns=list(UTIL_COLUMNS)).sort_values(["cell", "device", "t"], ignore_index=True)
+from dpstudy.analysis.records import read_records
+from dpstudy.analysis.tables import FactoryHash, cells_table, epochs_table, ranks_table, util_table
 
 
 def collect(
@@ -307,6 +32,7 @@ def collect(
     `current_code_version["source_hash"]` (see dpstudy.record.provenance.code_version), or its
     user_hash from `factory_hash(model, code_path)`, the current hash of its model's factory
     (scripts/collect.py gives it; this module imports neither the models nor the training code).
+    A record that cannot be read or is not valid raises dpstudy.analysis.records.RecordError.
     """
     records = read_records(record_paths)
     cells = cells_table(records, current_code_version.get("source_hash"), factory_hash)
@@ -346,28 +72,3 @@ def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None)
         "util_means": summary.util_means(tables["util"]),
         **pivots.overview_tables(settings),
     }
-
-
-def stale_records(cells: pd.DataFrame) -> list[str]:
-    """Record paths of the cells made with older training code, for `snakemake --forcerun`."""
-    return cells.loc[cells["stale"].astype(bool), "record"].tolist()
-
-
-def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
-    """{name}.csv for every table and stale.txt (one record path per line; empty when none)."""
-    out_dir = Path(out_dir)
-    written = []
-    for name, table in tables.items():
-        write_csv(table, out_dir / f"{name}.csv")
-        written.append(out_dir / f"{name}.csv")
-    write_text(out_dir / STALE_FILE, "".join(f"{p}\n" for p in stale_records(tables["cells"])))
-    return written + [out_dir / STALE_FILE]
-
-
-# Columns of space-separated setting numbers: text, though one number alone would read as a float.
-NUMBER_LISTS = {"comparisons": {"members": str}, "strategies": {"model_misorders": str}}
-
-
-def read_tables(tables_dir: str | Path) -> dict[str, pd.DataFrame]:
-    """The tables written by write_tables, keyed as collect() returns them."""
-    return {name: pd.read_csv(Path(tables_dir) / f"{name}.csv", dtype=NUMBER_LISTS.get(name)) for name in TABLES}

@@ -6,11 +6,12 @@ means of the setting and its single-device baseline (`speedup`, the ONE speedup 
 sentence, figure and the scaling model quote). The 95 % interval is Welch's t-interval on the
 difference of mean log throughputs, mapped back by exp: throughput noise is multiplicative, and
 on the log scale the interval is symmetric around its point, with Welch's degrees of freedom
-for unequal noise and repeat counts. This method was chosen by evidence: for simulated log-normal
-repeats (CV 3 %, 5 %, 20 %; n = 3, 5, 10) its intervals hold the true ratio 95.7-96 % of the time
-(tests/unit/analysis/test_stats.py; benchmarks/interval_coverage.py prints the figures), while the percentile
-bootstrap of medians that came before held it 89.6 % of the time at n = 3, with its point near
-one edge.
+for unequal noise and repeat counts (scipy.stats.ttest_ind with equal_var=False computes it).
+This method was chosen by evidence: for simulated log-normal repeats (CV 3 %, 5 %, 20 %;
+n = 3, 5, 10) its intervals hold the true ratio 95.7-96 % of the time
+(tests/unit/analysis/test_stats.py; benchmarks/interval_coverage.py prints the figures), while the
+percentile bootstrap of medians that came before held it 89.6 % of the time at n = 3, with its
+point near one edge.
 
 Accuracy and other additive quantities use the plain t-interval on the mean. With fewer than two
 runs on a side there is no interval (NaN bounds): the report prints the number and says so.
@@ -19,6 +20,7 @@ runs on a side there is no interval (NaN bounds): the report prints the number a
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -75,18 +77,22 @@ def mean_interval(values: Sequence[float], log: bool = False) -> Estimate:
     return (float(back(mean)), float(back(mean - half)), float(back(mean + half)))
 
 
-def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """(difference of means, half-width of its 95 % interval); the half-width is NaN with fewer
-    than two values on a side."""
+def welch(a: np.ndarray, b: np.ndarray) -> Estimate:
+    """(difference of means a - b, and its interval at LEVEL): Welch's t-interval, scipy's
+    ttest_ind with unequal variances (Welch-Satterthwaite degrees of freedom). NaN bounds with
+    fewer than two values on a side; no width when neither side varies (scipy's degrees of freedom
+    would be 0/0: no interval at all)."""
     diff = float(a.mean() - b.mean())
     if len(a) < 2 or len(b) < 2:
-        return (diff, math.nan)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return (diff, 0.0)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return (diff, t_quantile(df) * se)
+        return (diff, math.nan, math.nan)
+    if a.var(ddof=1) == 0 and b.var(ddof=1) == 0:
+        return (diff, diff, diff)
+    with warnings.catch_warnings():
+        # scipy warns of precision loss whenever one side's values are all equal (a steady
+        # baseline), though its variance is then exactly 0 and the interval the other side's alone
+        warnings.filterwarnings("ignore", "Precision loss occurred in moment calculation", RuntimeWarning)
+        low, high = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence_level=LEVEL)
+    return (diff, float(low), float(high))
 
 
 def ratio(numerator: Sequence[float], denominator: Sequence[float]) -> Estimate:
@@ -95,8 +101,8 @@ def ratio(numerator: Sequence[float], denominator: Sequence[float]) -> Estimate:
     top, bottom = top[top > 0], bottom[bottom > 0]
     if len(top) == 0 or len(bottom) == 0:
         return NO_VALUE
-    diff, half = welch(np.log(top), np.log(bottom))
-    return (math.exp(diff), math.exp(diff - half), math.exp(diff + half))
+    diff, low, high = welch(np.log(top), np.log(bottom))
+    return (math.exp(diff), math.exp(low), math.exp(high))
 
 
 def difference(a: Sequence[float], b: Sequence[float]) -> Estimate:
@@ -104,8 +110,7 @@ def difference(a: Sequence[float], b: Sequence[float]) -> Estimate:
     top, bottom = clean(a), clean(b)
     if len(top) == 0 or len(bottom) == 0:
         return NO_VALUE
-    diff, half = welch(top, bottom)
-    return (diff, diff - half, diff + half)
+    return welch(top, bottom)
 
 
 def cv(values: Sequence[float]) -> float:

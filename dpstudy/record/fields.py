@@ -65,6 +65,41 @@ OPTIONAL_SUMMARY_FIELDS = {
 # The split of a step's peak (dpstudy.engine.memory), in MB; their sum is peak_mb.
 MEMORY_PARTS = ("params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb")
 
+# record.probe (dpstudy.engine.probe writes it, dpstudy.analysis.scaling reads it): the parts of a
+# step the scaling model needs, by mode, and how the probe ran. The one definition of its fields:
+# name -> JSON Schema (type, and the meaning as its description); times are seconds per step, the
+# slowest rank's. The schema's probe part is made from it and admits no other field.
+PROBE_FIELDS = {
+    "steps": {"type": "integer", "description": "steps each variant timed (2 to 8: fewer when a step is slow)"},
+    "sync_step_s": {
+        "type": "number",
+        "description": "DDP: forward and backward with the gradient all-reduce; FSDP: as FSDP runs it",
+    },
+    "nosync_step_s": {
+        "type": "number",
+        "description": "DDP: the same step under no_sync; FSDP: the same step on an unsharded replica (its compute)",
+    },
+    "allreduce_s": {"type": "number", "description": "DDP: one all-reduce of the gradients alone"},
+    "grad_bytes": {
+        "type": "integer",
+        "description": "DDP: the gradients' bytes all-reduced; FSDP: every unit's gradients, reduced in fp32",
+    },
+    "allgather_s": {"type": "number", "description": "FSDP: one all-gather of every unit's parameters"},
+    "reduce_scatter_s": {"type": "number", "description": "FSDP: the reduce-scatter of every unit's gradients"},
+    "gather_bytes": {
+        "type": "integer",
+        "description": "FSDP: the bytes that all-gather moves (in the mixed-precision dtype, if any)",
+    },
+    "units": {"type": "integer", "description": "FSDP: the units that hold parameters of their own"},
+    "scatter_s": {"type": "number", "description": "DP: scattering the batch"},
+    "replicate_s": {"type": "number", "description": "DP: replicating the model"},
+    "gather_s": {"type": "number", "description": "DP: gathering the outputs"},
+    "graphs_compiled": {
+        "type": "integer",
+        "description": "compile: true: graphs the probe compiled (0: it timed training's own graphs)",
+    },
+}
+
 RECORD_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -93,8 +128,8 @@ RECORD_SCHEMA = {
             "properties": {**SUMMARY_FIELDS, **OPTIONAL_SUMMARY_FIELDS},
         },
         "util": {"type": ["object", "null"]},
-        # optional: the parts of a step for the scaling model (dpstudy.engine.probe), DDP and DP only
-        "probe": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},
+        # optional: the parts of a step for the scaling model (dpstudy.engine.probe), DDP, FSDP and DP only
+        "probe": {"type": ["object", "null"], "additionalProperties": False, "properties": PROBE_FIELDS},
         # optional: one training step's peak memory per device split by what holds it
         # (dpstudy.engine.memory), a list per part in rank order (DP: per GPU); ok cells only
         "memory": {

@@ -37,7 +37,8 @@ TABLES = (
     "pivot",
 )
 STALE_FILE = "stale.txt"
-# dpstudy.report.figures draws one function per file.
+# The one list of figure files: dpstudy.report.figures draws each with the function named after it
+# (scaling.png: scaling), and the Snakefile names the figure rule's outputs from it without matplotlib.
 FIGURES = (
     "overview.png",
     "throughput.png",

@@ -10,7 +10,7 @@ import re
 import pytest
 from helpers.records import NCCL_REASON, make_record, render_report
 
-from dpstudy.analysis import collect
+from dpstudy.analysis import tablefiles
 
 STUDY = "s004_stl10_ddp"  # a study the sources compare with: their verdicts quote the speedup too
 COMMON = {"dataset": "synthetic_stl", "model": "simplecnn", "batch_scope": "per_device"}
@@ -44,7 +44,7 @@ def recorded_study() -> list[dict]:
 def rendered(tmp_path_factory, python3_kernel) -> tuple[str, dict]:
     root = tmp_path_factory.mktemp("consistency")
     report = render_report(root, recorded_study(), STUDY)
-    tables = collect.read_tables(root / "tables")
+    tables = tablefiles.read_tables(root / "tables")
     page = report.read_text()
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
     ddp = tables["settings"][tables["settings"]["mode"] == "ddp"].iloc[0]

@@ -312,10 +312,10 @@ def render_report(root: Path, records: list[dict[str, Any]], study: str, config_
     """Records -> tables -> scripts/report.py (papermill, a real kernel) under `root`, without
     figures or benchmarks (their sections say so); returns report.html."""
 
-    from dpstudy.analysis import collect
+    from dpstudy.analysis import collect, tablefiles
 
     tables = collect.summarise(collect.collect(write_records(root, records), CURRENT))
-    collect.write_tables(tables, root / "tables")
+    tablefiles.write_tables(tables, root / "tables")
     for folder in ("figures", "bench"):
         (root / folder).mkdir()
     (root / "study.yaml").write_text(config_text or f"study: {study}\n")

@@ -25,9 +25,12 @@ from helpers.records import (
     write_records,
 )
 
-from dpstudy.analysis import collect
-from dpstudy.analysis.collect import CELL_COLUMNS, EPOCH_COLUMNS, RecordError
+from dpstudy.analysis import collect, tablefiles
 from dpstudy.analysis.keys import SPEC_KEYS
+from dpstudy.analysis.records import RecordError
+from dpstudy.analysis.tables import CELL_COLUMNS, EPOCH_COLUMNS, PROBE_COLUMNS
+from dpstudy.record.fields import PROBE_FIELDS
+from dpstudy.study.outputs import TABLES
 
 
 def tables_of(tmp_path: Path, records: list[dict]) -> dict[str, pd.DataFrame]:
@@ -122,7 +125,7 @@ def test_overhead_is_total_minus_epochs(grid):
 
 
 def test_skipped_and_oom_cells_kept_with_reason(grid, tmp_path):
-    collect.write_tables(grid, tmp_path / "tables")
+    tablefiles.write_tables(grid, tmp_path / "tables")
     cells = by_cell(pd.read_csv(tmp_path / "tables" / "cells.csv"))
     assert cells.loc["synthetic-lenet-dp-g2-b64-none", ["status", "reason"]].tolist() == ["skipped", DP_REASON]
     assert cells.loc["synthetic-lenet-ddp-g2-b64-nccl", "reason"] == NCCL_REASON
@@ -135,7 +138,7 @@ def test_stale_cells_listed_for_forcerun(tmp_path):
     tables = collect.collect(paths, CURRENT)
     stale = tables["cells"].loc[tables["cells"]["stale"], "cell"].tolist()
     assert stale == ["synthetic-lenet-single-g1-b256-none"]
-    written = collect.write_tables(tables, tmp_path / "tables")
+    written = tablefiles.write_tables(tables, tmp_path / "tables")
     assert {p.name for p in written} == {
         "cells.csv",
         "epochs.csv",
@@ -151,7 +154,7 @@ def test_stale_cells_listed_for_forcerun(tmp_path):
 
 def test_stale_file_empty_when_nothing_is_stale(tmp_path):
     tables = tables_of(tmp_path, [make_record(mode="single")])
-    collect.write_tables(tables, tmp_path / "tables")
+    tablefiles.write_tables(tables, tmp_path / "tables")
     assert (tmp_path / "tables" / "stale.txt").read_text() == ""
 
 
@@ -160,7 +163,7 @@ def test_ranks_long_and_util_header_only_without_samples(grid, tmp_path):
     assert list(ranks.columns) == ["cell", "epoch", "rank", "peak_mem_mb"]
     ddp = ranks[(ranks["cell"] == "synthetic-lenet-ddp-g2-b64-gloo") & (ranks["epoch"] == 2)]
     assert ddp["peak_mem_mb"].tolist() == [120.0, 119.0]
-    collect.write_tables(grid, tmp_path / "tables")
+    tablefiles.write_tables(grid, tmp_path / "tables")
     assert (tmp_path / "tables" / "util.csv").read_text().strip() == "cell,device,t,gpu_util,mem_util,mem_mb"
 
 
@@ -205,7 +208,7 @@ def test_cli_reads_a_record_list_and_reports_bad_files(tmp_path):
         capture_output=True,
     )
     assert len(pd.read_csv(tmp_path / "tables" / "cells.csv")) == len(paths)
-    assert sorted(p.name for p in (tmp_path / "tables").glob("*.csv")) == sorted(f"{n}.csv" for n in collect.TABLES)
+    assert sorted(p.name for p in (tmp_path / "tables").glob("*.csv")) == sorted(f"{n}.csv" for n in TABLES)
     assert pd.read_csv(tmp_path / "tables" / "summary.csv")["multi_settings"].tolist() == [2]  # ddp g2 b64, b256
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
@@ -238,3 +241,17 @@ def test_records_from_before_a_setting_existed_get_its_default(tmp_path):
     del old["spec"]["nodes"]
     cells = by_cell(tables_of(tmp_path, [old])["cells"])
     assert cells.loc["synthetic-lenet-ddp-g2-b64-gloo", ["nodes", "devices"]].tolist() == [1, 2]
+
+
+def test_probe_fields_become_columns_but_how_the_probe_ran_does_not(tmp_path):
+    probe = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
+    cells = tables_of(
+        tmp_path, [make_record(mode="single"), make_record(mode="ddp", gpus=2, backend="gloo", probe=probe)]
+    )
+    cells = by_cell(cells["cells"])
+    assert PROBE_COLUMNS == tuple(k for k in PROBE_FIELDS if k not in ("steps", "graphs_compiled"))
+    assert list(cells.columns[-len(PROBE_COLUMNS) :]) == list(PROBE_COLUMNS)
+    ddp = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"]
+    assert ddp[["sync_step_s", "allreduce_s", "grad_bytes"]].tolist() == [0.045, 0.020, 400_000.0]
+    assert ddp[["allgather_s", "units", "scatter_s"]].isna().all()
+    assert cells.loc["synthetic-lenet-single-g1-b64-none", list(PROBE_COLUMNS)].isna().all()

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from helpers.records import CURRENT, SAMPLES, cells_frame, make_record, make_util, write_records
 
-from dpstudy.analysis import collect, comparisons, pivots, scaling, stats, summary
+from dpstudy.analysis import collect, comparisons, pivots, scaling, stats, summary, tablefiles
+from dpstudy.study import outputs
 
 
 def tables_of(tmp_path, records: list[dict]) -> dict[str, pd.DataFrame]:
@@ -389,16 +390,16 @@ def test_model_per_setting_names_the_largest_loss_in_seconds(tmp_path):
 
 
 def test_every_table_is_written_and_read_back_even_when_empty(tmp_path):
-    assert collect.TABLES[:7] == ("cells", "epochs", "ranks", "util", "memory_split", "settings", "scaling")
+    assert outputs.TABLES[:7] == ("cells", "epochs", "ranks", "util", "memory_split", "settings", "scaling")
     for name, records in (
         ("some", [make_record(mode="single"), make_record(mode="ddp", gpus=2, backend="gloo")]),
         ("none", [make_record("skipped", mode="dp", gpus=2, reason="x")]),
     ):
         tables = tables_of(tmp_path / name, records)
-        assert set(tables) == set(collect.TABLES)
-        collect.write_tables(tables, tmp_path / name / "tables")
-        back = collect.read_tables(tmp_path / name / "tables")
-        for table in collect.TABLES:
+        assert set(tables) == set(outputs.TABLES)
+        tablefiles.write_tables(tables, tmp_path / name / "tables")
+        back = tablefiles.read_tables(tmp_path / name / "tables")
+        for table in outputs.TABLES:
             assert list(back[table].columns) == list(tables[table].columns), table
             assert len(back[table]) == len(tables[table]), table
     assert back["summary"].iloc[0]["busy_cores"] == summary.BUSY_CORES

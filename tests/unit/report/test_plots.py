@@ -24,8 +24,9 @@ from helpers.records import (
 )
 from matplotlib.collections import PathCollection
 
-from dpstudy.analysis import collect, scaling
+from dpstudy.analysis import collect, scaling, tablefiles
 from dpstudy.report import figures as plots
+from dpstudy.report.figures import layout
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -107,24 +108,24 @@ def test_unfinished_cells_listed_with_reason(tmp_path, name):
 
 
 def test_utilisation_says_when_nothing_was_sampled(tmp_path):
-    fig = plots.utilisation(tables_of(tmp_path, small_grid()))
+    fig = plots.FIGURES["utilisation.png"](tables_of(tmp_path, small_grid()))
     assert "No GPU utilisation was sampled" in figure_text(fig)
     plt.close(fig)
-    fig = plots.utilisation(tables_of(tmp_path / "gpu", gpu_records()))
+    fig = plots.FIGURES["utilisation.png"](tables_of(tmp_path / "gpu", gpu_records()))
     assert len(fig.axes) == 2 and fig.axes[0].lines  # one panel per sampled cell
     plt.close(fig)
 
 
 def test_scaling_draws_the_ideal_line(tmp_path):
-    fig = plots.scaling(tables_of(tmp_path, gpu_records()))
-    speedup_ax = next(ax for ax in fig.axes if ax.get_ylabel() == plots.LABELS["speedup"])
+    fig = plots.FIGURES["scaling.png"](tables_of(tmp_path, gpu_records()))
+    speedup_ax = next(ax for ax in fig.axes if ax.get_ylabel() == layout.LABELS["speedup"])
     assert any(list(line.get_ydata()) == [1, 4] for line in speedup_ax.lines)  # 1 to 4 devices
     plt.close(fig)
 
 
 def test_cli_writes_figures(tmp_path):
     skipped = [r for r in small_grid() if r["status"] == "skipped"]  # quick to draw
-    collect.write_tables(tables_of(tmp_path, skipped), tmp_path / "tables")
+    tablefiles.write_tables(tables_of(tmp_path, skipped), tmp_path / "tables")
     subprocess.run(
         [
             sys.executable,
@@ -149,7 +150,7 @@ def test_the_model_figure_puts_each_setting_at_predicted_and_measured_speedup(tm
             make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, probe=probe),
         ],
     )
-    fig = plots.model(tables)
+    fig = plots.FIGURES["model.png"](tables)
     ax = fig.axes[0]
     points = [tuple(p) for c in ax.collections for p in c.get_offsets()]
     row = tables["scaling"].iloc[0]
@@ -193,10 +194,10 @@ def repeats_tables(tmp_path) -> dict[str, pd.DataFrame]:
 
 def test_scaling_draws_the_settings_tables_speedup_and_interval(repeats_tables):
     settings = repeats_tables["settings"].query("devices == 2").set_index("batch")
-    fig = plots.scaling(repeats_tables)
+    fig = plots.FIGURES["scaling.png"](repeats_tables)
     axes = {ax.get_ylabel(): ax for ax in fig.axes if ax.get_ylabel()}
     for metric in ("speedup", "efficiency"):
-        drawn = errorbars(axes[plots.LABELS[metric]])
+        drawn = errorbars(axes[layout.LABELS[metric]])
         b64, b256 = settings.loc[64], settings.loc[256]
         assert b64[f"{metric}_low"] < b64[metric] < b64[f"{metric}_high"]
         points = [p for points, _ in drawn for p in points]
@@ -209,7 +210,7 @@ def test_scaling_draws_the_settings_tables_speedup_and_interval(repeats_tables):
 
 def test_throughput_marks_every_setting_with_the_tables_interval(repeats_tables):
     settings = repeats_tables["settings"]
-    fig = plots.throughput(repeats_tables)
+    fig = plots.FIGURES["throughput.png"](repeats_tables)
     drawn = errorbars(fig.axes[0])
     points = sorted(p for points, _ in drawn for p in points)
     expected = sorted(zip(settings["global_batch"], settings["samples_per_s"]))
@@ -235,7 +236,7 @@ def test_the_model_figure_draws_the_measured_speedups_interval(tmp_path):
     row = scaling.by_setting(tables["scaling"], tables["settings"]).iloc[0]
     ddp = tables["settings"].query("mode == 'ddp'").iloc[0]  # the bar is the setting's own interval
     assert (row["measured_speedup_low"], row["measured_speedup_high"]) == (ddp["speedup_low"], ddp["speedup_high"])
-    fig = plots.model(tables)
+    fig = plots.FIGURES["model.png"](tables)
     lines = [list(line.get_ydata()) for line in fig.axes[0].lines]
     assert any(
         ys[:2] == [pytest.approx(row["measured_speedup_low"]), pytest.approx(row["measured_speedup_high"])]
@@ -268,36 +269,36 @@ def many_settings(tmp_path_factory) -> dict[str, pd.DataFrame]:
 
 
 def test_bar_figures_fold_many_settings_into_a_screen(many_settings):
-    for make in (plots.epoch_split, plots.memory):
+    for make in (plots.FIGURES["epoch_split.png"], plots.FIGURES["memory.png"]):
         fig = make(many_settings)
         ax = fig.axes[0]
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert labels == ["ddp g2 b64 gloo", "ddp g2 b128 gloo", "single g1 b64", "single g1 b128"]
         assert "medians over settings that differ in lr" in fig._suptitle.get_text()
-        assert fig.get_figheight() <= plots.MAX_HEIGHT + 0.5
+        assert fig.get_figheight() <= layout.MAX_HEIGHT + 0.5
         plt.close(fig)
 
 
 def test_line_figures_spread_settings_that_differ_in_a_hidden_key(many_settings):
-    fig = plots.throughput(many_settings)
+    fig = plots.FIGURES["throughput.png"](many_settings)
     texts = [t.get_text() for t in fig.legends[0].texts]
     assert "line: median over lr" in texts
     points = [p for points, _ in errorbars(fig.axes[0]) for p in points]
-    at_64 = sorted(x for x, _ in points if 64 / 2**plots.SPREAD <= x <= 64 * 2**plots.SPREAD)
+    at_64 = sorted(x for x, _ in points if 64 / 2**layout.SPREAD <= x <= 64 * 2**layout.SPREAD)
     assert len(at_64) == 30 and len(set(at_64)) == 15  # single and ddp, 15 learning rates spread around 64
     plt.close(fig)
 
 
 def test_utilisation_shows_a_few_cells_when_many_were_sampled(many_settings):
-    fig = plots.utilisation(many_settings)
-    assert len([ax for ax in fig.axes if ax.lines]) == plots.MAX_PANELS
-    assert f"{plots.MAX_PANELS} of 60 sampled cells" in fig._suptitle.get_text()
+    fig = plots.FIGURES["utilisation.png"](many_settings)
+    assert len([ax for ax in fig.axes if ax.lines]) == layout.MAX_PANELS
+    assert f"{layout.MAX_PANELS} of 60 sampled cells" in fig._suptitle.get_text()
     plt.close(fig)
 
 
 def test_accuracy_per_epoch_draws_medians_when_cells_are_many(many_settings):
-    fig = plots.accuracy_epochs(many_settings)
-    assert len(fig.axes[0].lines) < plots.MAX_LINES
+    fig = plots.FIGURES["accuracy_epochs.png"](many_settings)
+    assert len(fig.axes[0].lines) < layout.MAX_LINES
     assert "the median of its cells (60 in all)" in fig._suptitle.get_text()
     plt.close(fig)
 
@@ -309,7 +310,7 @@ def strategy_tables(directory: Path) -> dict[str, pd.DataFrame]:
 
 def test_strategies_places_each_strategy_at_its_memory_and_throughput_and_rings_the_fastest(tmp_path):
     tables = strategy_tables(tmp_path)
-    fig = plots.strategies(tables)
+    fig = plots.FIGURES["strategies.png"](tables)
     drawn = {
         (round(x, 6), round(y, 6))
         for ax in fig.axes
@@ -333,7 +334,7 @@ def test_strategies_places_each_strategy_at_its_memory_and_throughput_and_rings_
 
 def test_memory_split_stacks_the_measured_parts_and_marks_the_prediction(tmp_path):
     tables = strategy_tables(tmp_path)
-    fig = plots.memory_split(tables)
+    fig = plots.FIGURES["memory_split.png"](tables)
     ax = fig.axes[0]
     widths = sorted(round(p.get_width(), 6) for p in ax.patches if p.get_width() > 0)
     split = tables["memory_split"].dropna(subset=["peak_mb"])

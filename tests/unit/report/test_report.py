@@ -23,7 +23,7 @@ from helpers.records import (
     write_records,
 )
 
-from dpstudy.analysis import collect
+from dpstudy.analysis import collect, tablefiles
 from dpstudy.report import figures as plots
 from dpstudy.report import findings, inventory
 
@@ -242,8 +242,8 @@ def strategy_tables(tmp_path_factory) -> dict[str, pd.DataFrame]:
     records = strategy_grid()
     root = tmp_path_factory.mktemp("strategies")
     tables = collect.summarise(collect.collect(write_records(root, records), CURRENT, strategy_plan(records)))
-    collect.write_tables(tables, root / "tables")  # the report reads them back from CSV
-    return collect.read_tables(root / "tables")
+    tablefiles.write_tables(tables, root / "tables")  # the report reads them back from CSV
+    return tablefiles.read_tables(root / "tables")
 
 
 def test_which_strategy_names_the_fastest_that_fits_its_lead_and_the_models_reason(strategy_tables):
@@ -428,8 +428,8 @@ def test_cell_listing_rounds_for_people(grid):
 def test_every_finding_when_no_cell_finished(tmp_path):
     """Read back from CSV, as the notebook does: every question says why it has no answer."""
     tables = tables_of(tmp_path, [r for r in small_grid() if r["status"] != "ok"])
-    collect.write_tables(tables, tmp_path / "tables")
-    tables = collect.read_tables(tmp_path / "tables")
+    tablefiles.write_tables(tables, tmp_path / "tables")
+    tables = tablefiles.read_tables(tmp_path / "tables")
     answers = [
         findings.speedup(tables),
         findings.why_not_n(tables),
@@ -454,7 +454,7 @@ def test_every_finding_when_no_cell_finished(tmp_path):
 def report(tmp_path_factory, python3_kernel) -> Path:
     root = tmp_path_factory.mktemp("study")
     tables = tables_of(root, small_grid())
-    collect.write_tables(tables, root / "tables")
+    tablefiles.write_tables(tables, root / "tables")
     (root / "figures").mkdir()
     for name in ("throughput.png", "scaling.png"):  # test_plots draws them all; two keep this quick
         plots.FIGURES[name](tables).savefig(root / "figures" / name)
