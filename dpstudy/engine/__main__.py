@@ -47,7 +47,7 @@ def main() -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from dpstudy.engine.train import run
+    from dpstudy.engine.cell import run
 
     return run(spec, args.out, args.cell or base_id(spec), T0, args.cores)
 

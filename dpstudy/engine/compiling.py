@@ -1,5 +1,6 @@
-"""compile: true (a study setting): where torch.compile goes for each mode, how the steps that
-compiled are timed apart from the steady window, and the compiler's failures as a clear reason.
+"""compile: true (a study setting): how the steps that compiled are timed apart from the steady
+window, and the compiler's failures as a clear reason. Where torch.compile goes is each mode's
+(dpstudy.engine.modes: `prepare`).
 
 torch.compile compiles lazily, at the first call with inputs no compiled graph's guards accept (the
 first step; an epoch's smaller last batch), so the steps that compiled are the ones to time apart
@@ -14,13 +15,10 @@ import time
 import types
 
 import torch
-import torch.nn as nn
-
-from dpstudy.engine.parallel import Parallel, shard_units
 
 
 @contextlib.contextmanager
-def timed_compile(enabled: bool, par: Parallel):
+def timed_compile(enabled: bool, par):
     """`.seconds`: the wall time of the enclosed call when it compiled a graph (0 otherwise).
     torch.compile compiles lazily, at the first call with inputs no compiled graph's guards
     accept (the first step; a smaller last batch; eval mode), so the steps that compiled are
@@ -52,52 +50,6 @@ def compiled_graphs() -> int:
 
 
 COMPILE_OPTIONS = {"dynamic": False}  # static shapes: one graph per batch size (the last batch's too)
-
-
-def compile_before_wrap(model: nn.Module, par: Parallel) -> nn.Module:
-    """dp and fsdp compile what their wrapper will hold.
-
-    dp: the module inside nn.DataParallel, which on one device (or CPU) calls it directly. On
-    several GPUs DataParallel replicates the module every step and runs the replicas in threads,
-    which torch.compile does not support: such a cell fails with that reason (ddp is the way).
-
-    fsdp: FSDP2 as torchtitan applies it: each block (`shard_units`) compiled first, then
-    `fully_shard` on the compiled blocks and the root. The whole model compiled after fully_shard
-    would trace FSDP2's pre/post-forward hooks (all-gather, reshard) into the graph, which Dynamo
-    supports only with compiled autograd; per-block compile leaves the hooks, and so the
-    communication and its overlap, to FSDP2 at the block boundaries, and compiles each repeated
-    block's code once."""
-    if par.mode == "dp":
-        if len(par.devices()) > 1:
-            raise CompileFailed(
-                "compile: true is not supported with mode dp on several GPUs: nn.DataParallel replicates "
-                "the module every step and runs the replicas in threads, which torch.compile cannot trace "
-                "(compile a ddp cell instead)"
-            )
-        return torch.compile(model, **COMPILE_OPTIONS)
-    if par.mode == "fsdp":
-        parents = {id(child): (parent, name) for parent in model.modules() for name, child in parent.named_children()}
-        units = shard_units(model)
-        # Dynamo keeps a limited number of graphs per code object, and the units of one class share
-        # their forward's code (LeNet's three Linear layers, ResNet's eight blocks), each with its
-        # own shapes, for a full and a smaller last batch (evaluation runs eagerly): room for them
-        # all, or the units past the limit would silently run uncompiled.
-        config = torch._dynamo.config
-        config.cache_size_limit = max(config.cache_size_limit, 4 * len(units))
-        for unit in units:
-            parent, name = parents[id(unit)]
-            setattr(parent, name, torch.compile(unit, **COMPILE_OPTIONS))  # shard_units then finds it
-    return model
-
-
-def compile_after_wrap(model: nn.Module, par: Parallel) -> nn.Module:
-    """single: the model. ddp: the DDP-wrapped model, as PyTorch documents for DDP (Dynamo's DDP
-    support): Dynamo's DDPOptimizer (torch._dynamo.config.optimize_ddp, on by default) splits the
-    compiled graph at DDP's gradient-bucket boundaries, so each bucket's all-reduce still starts
-    while the rest of backward runs, as uncompiled DDP overlaps them."""
-    if par.mode in ("single", "ddp"):
-        return torch.compile(model, **COMPILE_OPTIONS)
-    return model
 
 
 class CompileFailed(RuntimeError):

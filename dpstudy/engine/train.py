@@ -1,43 +1,77 @@
-"""Train one cell: the Trainer (shaped like pytorch/examples' multigpu_torchrun) and `run`."""
+"""The Trainer: one cell's training loop and evaluation (shaped like pytorch/examples'
+multigpu_torchrun), the same for every mode: what differs lives in the mode (dpstudy.engine.modes).
+Running a cell around it (seeds, data, the record) is dpstudy.engine.cell's."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dpstudy import models
-from dpstudy.data import store as data
-from dpstudy.engine import memory, probe
-from dpstudy.engine.compiling import compile_after_wrap, compile_before_wrap, compiler_errors, timed_compile
+from dpstudy.engine.compiling import compiler_errors, timed_compile
 from dpstudy.engine.compiling import eager as compiling_eager
-from dpstudy.engine.loaders import make_loader
-from dpstudy.engine.monitor import HostLoad, UtilSampler, peak_memory_mb, reset_peaks
-from dpstudy.engine.outcome import Outcome
-from dpstudy.engine.parallel import Parallel, Skip, pin_to_cores, plan, resolve_device, threads_per_process
-from dpstudy.ext.loader import check_kernels
-from dpstudy.record.envinfo import environment, rank_host
+from dpstudy.engine.modes import Mode
+from dpstudy.engine.monitor import HostLoad, peak_memory_mb, reset_peaks
 from dpstudy.study import spec as specs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def no_fault(epoch: int, step: int) -> None:
+    pass
+
+
+class SteadyWindow:
+    """What throughput is measured over: every training step after the run's first `warmup_steps`
+    (allocator, caches, lazy initialisation), whichever epoch they fall in, less the steps that
+    compiled a graph (see dpstudy.engine.compiling.timed_compile)."""
+
+    def __init__(self, warmup_steps: int):
+        self.warmup_steps, self.steps_done = warmup_steps, 0
+
+    def open_epoch(self, start: float) -> None:
+        self.start = start if self.steps_done >= self.warmup_steps else None
+        self.from_sample, self.uncounted_s, self.uncounted_samples = 0, 0.0, 0
+
+    def after_step(self, samples: int, batch: int, compile_s: float, synchronize) -> None:
+        """`samples`: the epoch's so far, this step's `batch` included."""
+        if compile_s and self.start is not None:  # e.g. the epoch's smaller last batch compiled
+            self.uncounted_s, self.uncounted_samples = self.uncounted_s + compile_s, self.uncounted_samples + batch
+        self.steps_done += 1
+        if self.start is None and self.steps_done == self.warmup_steps:
+            synchronize()  # the warm-up's last step has finished on the device
+            self.start, self.from_sample = time.perf_counter(), samples
+
+    def seconds(self, end: float) -> float:
+        return end - self.start - self.uncounted_s if self.start is not None else 0.0
+
+    def samples(self, samples: int) -> int:
+        return samples - self.from_sample - self.uncounted_samples if self.start is not None else 0
+
+
 class Trainer:
-    def __init__(self, spec: dict, par: Parallel, train_data, test_data, model: nn.Module, log=print):
+    def __init__(
+        self,
+        spec: dict,
+        par: Mode,
+        train_data,
+        test_data,
+        model: nn.Module,
+        log=print,
+        build_replica: Callable[[], nn.Module] | None = None,
+        fault=no_fault,
+    ):
+        """`build_replica` makes another model like `model` on its device (the FSDP probe times an
+        unsharded one); `fault(epoch, step)` is called before each step (tests inject failures)."""
         self.spec, self.par, self.log = spec, par, log
         self.train_data, self.test_data = train_data, test_data
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])
         self.compiled = bool(spec.get("compile", False))
-        if self.compiled:
-            model = compile_before_wrap(model, par)
-        # FSDP casts through its mixed-precision policy; the other modes through autocast
-        self.model = par.wrap(model, self.amp_dtype if par.mode == "fsdp" else None)
-        if self.compiled:
-            self.model = compile_after_wrap(self.model, par)
+        self.model = par.prepare(model, self.amp_dtype, self.compiled)
+        self.build_replica = build_replica
         params = self.model.parameters()
         lr = specs.scaled_lr(spec)
         self.optimizer = (
@@ -46,17 +80,13 @@ class Trainer:
             else torch.optim.Adam(params, lr=lr, weight_decay=spec["weight_decay"])
         )
         self.scaler = torch.amp.GradScaler(par.device.type, enabled=spec["precision"] == "fp16")
-        self.fault = injected_fault(par.rank)
-        # The steady window: every training step after the first `warmup_steps` of the run
-        # (allocator, caches, lazy initialisation), whichever epoch they fall in.
-        self.warmup_steps, self.steps_done = spec["warmup_steps"], 0
+        self.fault = fault
+        self.window = SteadyWindow(spec["warmup_steps"])
         self.host = HostLoad()
         self.sample: torch.Tensor | None = None  # one training input, for evaluate's extra forwards
 
     def autocast(self):
-        if self.amp_dtype is None or self.par.mode == "fsdp":
-            return contextlib.nullcontext()
-        return torch.autocast(self.par.device.type, dtype=self.amp_dtype)
+        return self.par.autocast(self.amp_dtype)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -74,12 +104,11 @@ class Trainer:
         self.train_data.set_epoch(epoch)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.par.device)
         correct = torch.zeros((), dtype=torch.int64, device=self.par.device)
-        data_wait, steps, samples = 0.0, 0, 0
-        compile_s, uncounted_s, uncounted_samples = 0.0, 0.0, 0  # steps that compiled (see timed_compile)
+        data_wait, steps, samples, compile_s = 0.0, 0, 0, 0.0
         self.par.synchronize()
         load_start = self.host.mark()
         start = time.perf_counter()
-        steady_start, steady_from = (start, 0) if self.steps_done >= self.warmup_steps else (None, 0)
+        self.window.open_epoch(start)
         batches = iter(self.train_data)
         while True:
             before = time.perf_counter()
@@ -94,28 +123,17 @@ class Trainer:
             self.fault(epoch, steps)
             with timed_compile(self.compiled, self.par) as compiling:
                 batch_loss, batch_correct = self.step(x, y)
-            if compiling.seconds:  # a (re)compile, e.g. the epoch's smaller last batch: out of the steady window
-                compile_s += compiling.seconds
-                if steady_start is not None:
-                    uncounted_s, uncounted_samples = uncounted_s + compiling.seconds, uncounted_samples + len(y)
+            compile_s += compiling.seconds
             loss_sum += batch_loss  # device-side sums: no host sync inside the epoch
             correct += batch_correct
             samples += len(y)
-            self.steps_done += 1
-            if steady_start is None and self.steps_done == self.warmup_steps:
-                self.par.synchronize()  # the warm-up's last step has finished on the device
-                steady_start, steady_from = time.perf_counter(), samples
+            self.window.after_step(samples, len(y), compiling.seconds, self.par.synchronize)
         self.par.synchronize()
         end = time.perf_counter()
         machine, own = HostLoad.cores(load_start, self.host.mark())
         wall = end - start
-        steady_s = end - steady_start - uncounted_s if steady_start is not None else 0.0
-        counts = [
-            float(samples),
-            float(samples - steady_from - uncounted_samples if steady_start is not None else 0),
-            machine / self.par.local_world_size,
-            own,
-        ]  # summed over ranks: per node, then ours
+        counts = [float(samples), float(self.window.samples(samples)), machine / self.par.local_world_size, own]
+        # summed over ranks: per node, then ours
         totals = torch.tensor([0.0, 0.0, *counts], dtype=torch.float64, device=loss_sum.device)
         totals[0], totals[1] = loss_sum, correct.double()
         loss_sum, correct, samples, steady_samples, machine, own = self.par.all_reduce_sum(self.comm(totals)).tolist()
@@ -129,7 +147,7 @@ class Trainer:
             "compute_s": wall - data_wait,
             "samples": int(samples),
             "samples_per_s": samples / wall,
-            "steady_s": steady_s,
+            "steady_s": self.window.seconds(end),
             "steady_samples": int(steady_samples),
             # cores the rest of each node used meanwhile (other jobs, steal), averaged over nodes
             "other_load": max(0.0, (machine - own) / self.spec["nodes"]),
@@ -143,13 +161,8 @@ class Trainer:
             return self.evaluate_once()
 
     def evaluate_once(self) -> dict:
-        # ddp evaluates its plain module: DDP's forward is not for evaluation
-        wrapped = getattr(self.model, "_orig_mod", self.model) if self.par.mode == "ddp" else self.model
-        module = (
-            wrapped.module if isinstance(wrapped, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else wrapped
-        )
-        self.par.sync_buffers(module)
-        model = self.model if self.par.mode == "dp" else module
+        model = self.par.eval_model(self.model)
+        self.par.sync_buffers(model)
         model.eval()
         totals = torch.zeros(3, dtype=torch.float64, device=self.par.device)
         self.par.synchronize()
@@ -168,7 +181,7 @@ class Trainer:
                     torch.tensor(len(y), device=totals.device, dtype=torch.float64),
                 ]
             )
-        for _ in range(missing):  # outputs discarded: every test image counts once
+        for _ in range(missing):  # eval mode, outputs discarded: every test image counts once
             model(self.sample)
         self.par.synchronize()
         seconds = time.perf_counter() - start
@@ -195,134 +208,3 @@ def progress_line(e: dict, epochs: int) -> str:
         f"test_loss {e['test_loss']:.4f} test_acc {e['test_acc']:.2%} wall {e['wall_s']:.2f}s "
         f"data_wait {e['data_wait_s']:.2f}s {e['samples_per_s']:.0f} samples/s"
     )
-
-
-def injected_fault(rank: int):
-    """Tests make one rank fail on purpose: DPSTUDY_INJECT_FAULT='oom|error:RANK:EPOCH:STEP'."""
-    setting = os.environ.get("DPSTUDY_INJECT_FAULT")
-    if not setting:
-        return lambda epoch, step: None
-    kind, at_rank, at_epoch, at_step = setting.split(":")
-
-    def maybe_raise(epoch: int, step: int) -> None:
-        if (rank, epoch, step) == (int(at_rank), int(at_epoch), int(at_step)):
-            if kind == "oom":
-                raise torch.OutOfMemoryError(f"injected out-of-memory on rank {rank}")
-            raise RuntimeError(f"injected error on rank {rank}")
-
-    return maybe_raise
-
-
-def load_datasets(spec: dict, par: Parallel):
-    root, name = spec["data_root"], spec["dataset"]
-    if not data.is_ready(name, root):
-        if name not in data.DATASETS or not data.DATASETS[name].generated:  # downloaded, or the user's
-            raise data.DatasetError(
-                f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
-                f"or `python scripts/prepare_data.py {name} --root {root}` first"
-            )
-        if par.is_main:
-            data.prepare(name, root)
-        if par.world_size > 1:
-            wait_until(lambda: data.is_ready(name, root), f"dataset {name} prepared by rank 0")
-    meta = data.load_meta(name, root)
-    common = dict(
-        shard=par.shard,
-        seed=effective_seed(spec),
-        augment=spec["augment"],
-        mean=meta["mean"],
-        std=meta["std"],
-        device=par.device,
-        channels_last=spec["channels_last"],
-    )
-    batch = specs.per_device_batch(spec) if par.distributed else specs.global_batch(spec)
-    loaders = [
-        make_loader(
-            spec["loader"],
-            *data.load_split(name, root, split),
-            batch=batch,
-            train=split == "train",
-            workers=spec["workers"],
-            **common,
-        )
-        for split in ("train", "test")
-    ]
-    return meta, loaders
-
-
-def wait_until(condition, what: str, timeout_s: float = 600) -> None:
-    deadline = time.time() + timeout_s
-    while not condition():
-        if time.time() > deadline:
-            raise TimeoutError(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
-def effective_seed(spec: dict) -> int:
-    return spec["seed"] + 1000 * spec["repeat"]
-
-
-def with_user_code(env: dict, spec: dict) -> dict:
-    """env with the hash of the user's factory in its code version (none for other models)."""
-    user = models.factory_hash(spec["model"], spec["code_path"])
-    return {**env, "code_version": {**env["code_version"], "user_hash": user}} if user else env
-
-
-def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
-    """Train the cell and write out_dir/record.json; returns the process exit code."""
-    outcome = Outcome(out_dir, cell, spec, t0)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    if rank == 0:
-        outcome.clear_previous()
-    try:
-        par = plan(spec)
-    except Skip as skip:
-        threads = threads_per_process(cores, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-        outcome.env = environment(
-            world, resolve_device(spec["device"]), threads, int(os.environ.get("GROUP_WORLD_SIZE", "1"))
-        )
-        outcome.env["ranks"] = [rank_host(rank, int(os.environ.get("LOCAL_RANK", "0")))]
-        if rank == 0:
-            print(f"[dpstudy] skipped: {skip}", flush=True)
-            outcome.write("skipped", str(skip))
-        return 0
-    on_cpu = par.device.type == "cpu"
-    threads = threads_per_process(cores, par.local_world_size) if on_cpu else torch.get_num_threads()
-    pinned = pin_to_cores(par.local_rank, threads) if on_cpu else []  # before torch starts its threads
-    torch.set_num_threads(threads)
-    outcome.env = with_user_code(environment(par.world_size, par.device.type, threads, spec["nodes"]), spec)
-    sampler = None
-    try:
-        par.start()
-        outcome.env["ranks"] = par.all_gather_objects({**rank_host(par.rank, par.local_rank), "cores": pinned})
-        if par.world_size > 1:
-            outcome.watch(par.rank)
-        torch.manual_seed(effective_seed(spec))
-        meta, (train_data, test_data) = load_datasets(spec, par)
-        channels, size = meta["shape"][0], meta["shape"][1]
-        model = models.build(
-            spec["model"], channels, size, len(meta["classes"]), spec["model_args"], spec["code_path"]
-        ).to(par.device)
-        if models.needs_ext(spec["model"]):
-            check_kernels(par.devices())  # refuse a build without kernels for these GPUs, with the reason
-        if spec["channels_last"]:
-            model = model.to(memory_format=torch.channels_last)
-        trainer = Trainer(
-            spec, par, train_data, test_data, model, log=lambda line: par.is_main and print(line, flush=True)
-        )
-        sampler = UtilSampler(par.devices() if par.local_rank == 0 else []).start()
-        outcome.startup_s = time.time() - t0
-        trainer.run(outcome.epochs.append)
-        outcome.util = sampler.stop()
-        outcome.probe = probe.measure(trainer)
-        with compiling_eager(trainer.compiled):  # the split the memory plan predicts: eager's
-            outcome.memory = memory.measure(trainer)
-        if par.is_main:
-            outcome.write("ok")
-        par.close()
-        return 0
-    except Exception as error:  # every fault becomes a record; see dpstudy.engine.outcome
-        if sampler is not None:
-            outcome.util = sampler.stop()
-        return outcome.fault(error, par.rank, par.world_size)

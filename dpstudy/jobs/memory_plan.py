@@ -104,14 +104,13 @@ def tracked_fake_step(
 
     from dpstudy import models
     from dpstudy.engine import memory
-    from dpstudy.engine.parallel import Parallel
+    from dpstudy.engine.modes import MODES
     from dpstudy.engine.train import Trainer
 
     world = specs.devices(spec)
     sharded = spec["mode"] == "fsdp"
     # ddp and dp: the plain model at the per-device batch (see the docstring)
-    par = Parallel(
-        "fsdp" if sharded else "single",
+    par = MODES["fsdp" if sharded else "single"](
         torch.device("cpu"),
         world if sharded else 1,
         sharding=specs.shard_of(spec["mode"], spec.get("shard", "none")),

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dpstudy.engine.parallel import destroy_process_group
+from dpstudy.engine.modes.distributed import destroy_process_group
 
 COLUMNS = [
     "collective",

@@ -21,8 +21,9 @@ import torch
 
 from dpstudy import models
 from dpstudy.data import store as data
-from dpstudy.engine.parallel import plan
-from dpstudy.engine.train import Trainer, load_datasets
+from dpstudy.engine.cell import load_datasets
+from dpstudy.engine.modes import plan
+from dpstudy.engine.train import Trainer
 from dpstudy.study.spec import complete
 
 VARIANTS = {

@@ -17,7 +17,7 @@ import torch
 from dpstudy import models
 from dpstudy.data import synthetic
 from dpstudy.engine.loaders import Shard, make_loader
-from dpstudy.engine.parallel import Parallel
+from dpstudy.engine.modes import MODES
 from dpstudy.engine.train import Trainer
 from dpstudy.microbench import peaks
 from dpstudy.study.spec import complete
@@ -64,7 +64,7 @@ def measure(
             "seed": seed,
         }
     )
-    par = Parallel("single", device, 1)
+    par = MODES["single"](device)
     loader = make_loader(
         "device",
         x,

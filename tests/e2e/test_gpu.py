@@ -318,7 +318,7 @@ def test_trainer_steps_under_autocast_on_cuda(ops, model, precision):
     loss stays finite and falls."""
     from dpstudy import models
     from dpstudy.data import synthetic
-    from dpstudy.engine.parallel import Parallel
+    from dpstudy.engine.modes import MODES
     from dpstudy.engine.train import Trainer
     from dpstudy.study.spec import complete
 
@@ -337,7 +337,7 @@ def test_trainer_steps_under_autocast_on_cuda(ops, model, precision):
     net = models.build(model, 1, 28).cuda()
     trainer = Trainer(
         spec,
-        Parallel("single", torch.device("cuda", torch.cuda.current_device()), 1),
+        MODES["single"](torch.device("cuda", torch.cuda.current_device())),
         None,
         None,
         net,

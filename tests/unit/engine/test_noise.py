@@ -12,9 +12,9 @@ import time
 import pytest
 import yaml
 
+from dpstudy.engine.cores import pin_to_cores
 from dpstudy.engine.monitor import HostLoad
 from dpstudy.engine.outcome import steady_throughput
-from dpstudy.engine.parallel import pin_to_cores
 from dpstudy.study import sweeps as study
 
 

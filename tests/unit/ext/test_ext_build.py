@@ -247,8 +247,8 @@ def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_
     import torch
 
     from dpstudy import models
-    from dpstudy.engine import train
-    from dpstudy.engine.parallel import Parallel
+    from dpstudy.engine import cell
+    from dpstudy.engine.modes.base import Mode
     from dpstudy.models.lenet import LeNet
     from dpstudy.study import spec as specs
 
@@ -256,7 +256,7 @@ def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_
         json.dumps({"with_cuda": False, "cuda_arch": [], "note": "CPU-only build: torch has no CUDA"})
     )
     # A CPU run whose process drives "GPU 0", with a plain LeNet standing in for the built library.
-    monkeypatch.setattr(Parallel, "devices", lambda self: [0])
+    monkeypatch.setattr(Mode, "devices", lambda self: [0])
     monkeypatch.setattr(models, "build", lambda name, channels, size, classes, *_: LeNet(channels, size, classes))
     data.prepare("synthetic", tmp_path / "data", {"train_size": 64, "test_size": 32})
     spec = specs.complete(
@@ -270,7 +270,7 @@ def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_
     )
     threads, cores = torch.get_num_threads(), os.sched_getaffinity(0)
     try:  # run() sets this process's threads and pins it to its cores, as it owns a cell's process
-        code = train.run(spec, str(tmp_path / "cell"), "cell", time.time(), cores=1)
+        code = cell.run(spec, str(tmp_path / "cell"), "cell", time.time(), cores=1)
     finally:
         torch.set_num_threads(threads)
         os.sched_setaffinity(0, cores)

@@ -160,7 +160,7 @@ def test_comm_checks_catch_a_result_from_the_wrong_rank_or_chunk(monkeypatch, ra
 def test_comm_a_wrong_result_reports_no_bandwidth(tmp_path, monkeypatch):
     """In a real (one-rank Gloo) group: a collective that runs but computes garbage gets a reason,
     and no time; the real one is timed."""
-    from dpstudy.engine.parallel import destroy_process_group
+    from dpstudy.engine.modes.distributed import destroy_process_group
 
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:

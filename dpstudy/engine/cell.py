@@ -1,0 +1,175 @@
+"""Run one cell in this process (one rank of it): plan the mode, pin the cores, join the process
+group, load the data, build the model, train, probe, measure memory, and write the record.
+Every fault becomes a record (dpstudy.engine.outcome)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from dpstudy import models
+from dpstudy.data import store as data
+from dpstudy.engine import memory, probe
+from dpstudy.engine.compiling import eager as compiling_eager
+from dpstudy.engine.cores import pin_to_cores, threads_per_process
+from dpstudy.engine.loaders import make_loader
+from dpstudy.engine.modes import Mode, Skip, plan, resolve_device
+from dpstudy.engine.monitor import UtilSampler
+from dpstudy.engine.outcome import Outcome
+from dpstudy.engine.train import Trainer, no_fault
+from dpstudy.ext.loader import check_kernels
+from dpstudy.record.envinfo import environment, rank_host
+from dpstudy.study import spec as specs
+
+
+def injected_fault(rank: int):
+    """Tests make one rank fail on purpose: DPSTUDY_INJECT_FAULT='oom|error:RANK:EPOCH:STEP'."""
+    setting = os.environ.get("DPSTUDY_INJECT_FAULT")
+    if not setting:
+        return no_fault
+    kind, at_rank, at_epoch, at_step = setting.split(":")
+
+    def maybe_raise(epoch: int, step: int) -> None:
+        if (rank, epoch, step) == (int(at_rank), int(at_epoch), int(at_step)):
+            if kind == "oom":
+                raise torch.OutOfMemoryError(f"injected out-of-memory on rank {rank}")
+            raise RuntimeError(f"injected error on rank {rank}")
+
+    return maybe_raise
+
+
+def load_datasets(spec: dict, par: Mode):
+    root, name = spec["data_root"], spec["dataset"]
+    if not data.is_ready(name, root):
+        if name not in data.DATASETS or not data.DATASETS[name].generated:  # downloaded, or the user's
+            raise data.DatasetError(
+                f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
+                f"or `python scripts/prepare_data.py {name} --root {root}` first"
+            )
+        if par.is_main:
+            data.prepare(name, root)
+        if par.world_size > 1:
+            wait_until(lambda: data.is_ready(name, root), f"dataset {name} prepared by rank 0")
+    meta = data.load_meta(name, root)
+    common = dict(
+        shard=par.shard,
+        seed=effective_seed(spec),
+        augment=spec["augment"],
+        mean=meta["mean"],
+        std=meta["std"],
+        device=par.device,
+        channels_last=spec["channels_last"],
+    )
+    batch = specs.per_device_batch(spec) if par.distributed else specs.global_batch(spec)
+    loaders = [
+        make_loader(
+            spec["loader"],
+            *data.load_split(name, root, split),
+            batch=batch,
+            train=split == "train",
+            workers=spec["workers"],
+            **common,
+        )
+        for split in ("train", "test")
+    ]
+    return meta, loaders
+
+
+def wait_until(condition, what: str, timeout_s: float = 600) -> None:
+    deadline = time.time() + timeout_s
+    while not condition():
+        if time.time() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def effective_seed(spec: dict) -> int:
+    return spec["seed"] + 1000 * spec["repeat"]
+
+
+def with_user_code(env: dict, spec: dict) -> dict:
+    """env with the hash of the user's factory in its code version (none for other models)."""
+    user = models.factory_hash(spec["model"], spec["code_path"])
+    return {**env, "code_version": {**env["code_version"], "user_hash": user}} if user else env
+
+
+def model_builder(spec: dict, meta: dict, device: torch.device):
+    """A function that builds the cell's model on `device` in its memory format: the model trained,
+    and any replica a probe times. The class count is the data's, never read off a forward pass."""
+    channels, size = meta["shape"][0], meta["shape"][1]
+
+    def build() -> torch.nn.Module:
+        model = models.build(spec["model"], channels, size, len(meta["classes"]), spec["model_args"], spec["code_path"])
+        model = model.to(device)
+        return model.to(memory_format=torch.channels_last) if spec["channels_last"] else model
+
+    return build
+
+
+def skipped(outcome: Outcome, spec: dict, skip: Skip, cores: int) -> int:
+    """A cell this hardware cannot run: its record says why (rank 0 writes it)."""
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    threads = threads_per_process(cores, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    outcome.env = environment(
+        world, resolve_device(spec["device"]), threads, int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    )
+    outcome.env["ranks"] = [rank_host(rank, int(os.environ.get("LOCAL_RANK", "0")))]
+    if rank == 0:
+        print(f"[dpstudy] skipped: {skip}", flush=True)
+        outcome.write("skipped", str(skip))
+    return 0
+
+
+def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
+    """Train the cell and write out_dir/record.json; returns the process exit code."""
+    outcome = Outcome(out_dir, cell, spec, t0)
+    if int(os.environ.get("RANK", "0")) == 0:
+        outcome.clear_previous()
+    try:
+        par = plan(spec)
+    except Skip as skip:
+        return skipped(outcome, spec, skip, cores)
+    on_cpu = par.device.type == "cpu"
+    threads = threads_per_process(cores, par.local_world_size) if on_cpu else torch.get_num_threads()
+    pinned = pin_to_cores(par.local_rank, threads) if on_cpu else []  # before torch starts its threads
+    torch.set_num_threads(threads)
+    outcome.env = with_user_code(environment(par.world_size, par.device.type, threads, spec["nodes"]), spec)
+    sampler = None
+    try:
+        par.start()
+        outcome.env["ranks"] = par.all_gather_objects({**rank_host(par.rank, par.local_rank), "cores": pinned})
+        if par.world_size > 1:
+            outcome.watch(par.rank)
+        torch.manual_seed(effective_seed(spec))
+        meta, (train_data, test_data) = load_datasets(spec, par)
+        build = model_builder(spec, meta, par.device)
+        model = build()
+        if models.needs_ext(spec["model"]):
+            check_kernels(par.devices())  # refuse a build without kernels for these GPUs, with the reason
+        trainer = Trainer(
+            spec,
+            par,
+            train_data,
+            test_data,
+            model,
+            log=lambda line: par.is_main and print(line, flush=True),
+            build_replica=build,
+            fault=injected_fault(par.rank),
+        )
+        sampler = UtilSampler(par.devices() if par.local_rank == 0 else []).start()
+        outcome.startup_s = time.time() - t0
+        trainer.run(outcome.epochs.append)
+        outcome.util = sampler.stop()
+        outcome.probe = probe.measure(trainer)
+        with compiling_eager(trainer.compiled):  # the split the memory plan predicts: eager's
+            outcome.memory = memory.measure(trainer)
+        if par.is_main:
+            outcome.write("ok")
+        par.close()
+        return 0
+    except Exception as error:  # every fault becomes a record; see dpstudy.engine.outcome
+        if sampler is not None:
+            outcome.util = sampler.stop()
+        return outcome.fault(error, par.rank, par.world_size)

@@ -1,0 +1,118 @@
+"""What every mode shares, as mode `single` runs it: one process, one device, no collective.
+
+A mode owns what differs between single, DP, DDP and FSDP, so that the Trainer, the probe and the
+compile code hold no check of a mode's name: where the model lives (`wrap`), whether torch.compile
+goes before or after wrapping (`prepare`), the autocast policy, the module evaluation runs on, the
+collectives that keep ranks in step, and the probe that times them after training. A new mode is a
+subclass and an entry in dpstudy.engine.modes.MODES.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+import torch.nn as nn
+
+from dpstudy.engine.compiling import COMPILE_OPTIONS
+from dpstudy.engine.loaders import Shard
+
+
+@dataclass
+class Mode:
+    name: ClassVar[str] = "single"
+    # One process per device (torchrun), in a process group once started; else one process.
+    distributed: ClassVar[bool] = False
+
+    device: torch.device
+    gpus: int = 1
+    backend: str = "none"
+    sharding: str = "none"  # fsdp: full | grad_op
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    initialized: bool = field(default=False, repr=False)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def shard(self) -> Shard:
+        return Shard(self.rank, self.world_size)
+
+    def devices(self) -> list[int]:
+        """CUDA device indices this process drives (DP drives several)."""
+        return [self.device.index or 0] if self.device.type == "cuda" else []
+
+    # -- the model as this mode trains it ---------------------------------------------------
+
+    def prepare(self, model: nn.Module, amp_dtype: torch.dtype | None, compiled: bool) -> nn.Module:
+        """The model wrapped for training, compiled where the mode compiles (`compile: true`).
+        single and ddp compile the wrapped model: for DDP that is how PyTorch documents it (Dynamo's
+        DDPOptimizer splits the graph at DDP's gradient buckets, so each bucket's all-reduce still
+        overlaps the rest of backward). nn.Module.compile compiles in place: the model keeps its
+        class and attributes (DDP's no_sync, .module), no wrapper to unwrap."""
+        model = self.wrap(model, amp_dtype)
+        if compiled:
+            model.compile(**COMPILE_OPTIONS)
+        return model
+
+    def wrap(self, model: nn.Module, amp_dtype: torch.dtype | None) -> nn.Module:
+        return model
+
+    def autocast(self, amp_dtype: torch.dtype | None):
+        """bf16/fp16 through autocast; FSDP casts through its mixed-precision policy instead."""
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=amp_dtype)
+
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        """The module evaluation runs: the training model itself, unless the mode says otherwise."""
+        return model
+
+    def missing_forwards(self, batches: int) -> int:
+        """Extra forward passes this rank must make after its `batches` test batches so that every
+        rank makes as many (FSDP's forwards are collectives)."""
+        return 0
+
+    def probe(self, trainer, steps: int) -> dict | None:
+        """After training: the parts of a step the scaling model needs (dpstudy.engine.probe), or
+        None where the mode has no collective to time."""
+        return None
+
+    # -- process group and collectives: nothing to agree on in one process ------------------
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def all_gather_floats(self, values: list[float]) -> list[float]:
+        """Every rank's list, concatenated in rank order."""
+        return list(values)
+
+    def all_gather_objects(self, value) -> list:
+        """Every rank's picklable `value`, in rank order."""
+        return [value]
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Give every rank rank 0's BatchNorm statistics before evaluating."""
+
+    def comm_device(self) -> torch.device:
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    def synchronize(self) -> None:
+        for index in self.devices():
+            torch.cuda.synchronize(index)
+
+
+class Single(Mode):
+    """One device, one process: the baseline every speedup is measured against."""
