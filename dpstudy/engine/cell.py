@@ -25,7 +25,8 @@ from dpstudy.study import spec as specs
 
 
 def injected_fault(rank: int):
-    """Tests make one rank fail on purpose: DPSTUDY_INJECT_FAULT='oom|error:RANK:EPOCH:STEP'."""
+    """Tests make one rank fail on purpose: DPSTUDY_INJECT_FAULT='oom|error|hang:RANK:EPOCH:STEP'
+    (hang: the rank stops answering, as a blocked data pipeline or a deadlock would)."""
     setting = os.environ.get("DPSTUDY_INJECT_FAULT")
     if not setting:
         return no_fault
@@ -35,6 +36,9 @@ def injected_fault(rank: int):
         if (rank, epoch, step) == (int(at_rank), int(at_epoch), int(at_step)):
             if kind == "oom":
                 raise torch.OutOfMemoryError(f"injected out-of-memory on rank {rank}")
+            if kind == "hang":
+                while True:
+                    time.sleep(60)
             raise RuntimeError(f"injected error on rank {rank}")
 
     return maybe_raise
