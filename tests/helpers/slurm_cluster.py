@@ -1,10 +1,11 @@
 """A private SLURM for the cluster tests: munged, slurmctld and two slurmd "nodes" on this machine.
 
 How it is set up: Debian's SLURM 22.05, munge auth on a socket of its
-own, two fake GPUs per node (character devices, so gres accounting and CUDA_VISIBLE_DEVICES are
-real while the cells run on the CPU), a second slurmd started with -N and a port of its own.
-Everything lives in one temporary folder and is stopped by pid, whatever happens; nothing
-system-wide is touched.
+own, eight fake GPUs per node (character devices, so gres accounting and CUDA_VISIBLE_DEVICES are
+real while the cells run on the CPU), a second slurmd started with -N and a port of its own. Each
+node claims eight CPUs, whatever this machine has (config_overrides): a test's jobs all start at
+once instead of queueing for slots on a small machine. Everything lives in one temporary folder and
+is stopped by pid, whatever happens; nothing system-wide is touched.
 
     python tests/helpers/slurm_cluster.py DIR     # start one by hand; Ctrl-C stops it
 """
@@ -26,9 +27,9 @@ from pathlib import Path
 DAEMONS = ("slurmctld", "slurmd", "munged")
 CLIENTS = ("sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo", "sacct", "sacctmgr", "sshare")
 NODES = ("n1", "n2")
-CPUS_PER_NODE = 2
-GPUS_PER_NODE = 2
-MEMORY_MB = 8000
+CPUS_PER_NODE = 8
+GPUS_PER_NODE = 8
+MEMORY_MB = 16000
 
 
 def unavailable() -> str | None:
@@ -80,10 +81,9 @@ class SlurmCluster:
                 if not (self.root / f"gpu{g}").exists():  # a character device like /dev/null
                     os.mknod(self.root / f"gpu{g}", 0o644 | stat.S_IFCHR, os.makedev(1, 3))
             gres.append(f"NodeName={node} Name=gpu File={self.root}/gpu[{first}-{last}]")
-            # Weight: n1 fills first, so that jobs share a node (and its GPUs) whenever they can.
             node_lines.append(
                 f"NodeName={node} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} "
-                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} Weight={i + 1}"
+                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE}"
             )
         r = self.root
         self.conf.write_text(
@@ -98,7 +98,9 @@ class SlurmCluster:
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
                     "SelectType=select/cons_tres",
-                    "SelectTypeParameters=CR_Core_Memory",
+                    # The least loaded node first: neither node fills while the other is idle, which
+                    # would hold a two-node job (and every job queued behind it) back.
+                    "SelectTypeParameters=CR_Core_Memory,CR_LLN",
                     "SlurmUser=root",
                     "SlurmdUser=root",
                     f"StateSaveLocation={r}/state",
@@ -120,7 +122,11 @@ class SlurmCluster:
                     "KillWait=5",
                     "ReturnToService=2",
                     "MpiDefault=none",
-                    "SchedulerParameters=sched_interval=2",
+                    # Jobs the main scheduler passes over (queued behind one that does not fit yet)
+                    # start in a backfill pass: every second here, not every 30 s.
+                    "SchedulerParameters=sched_interval=2,bf_interval=1",
+                    # The nodes' CPUs and memory as configured, not as this machine has them.
+                    "SlurmdParameters=config_overrides",
                     "PriorityType=priority/basic",
                     *node_lines,
                     "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
