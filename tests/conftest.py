@@ -33,3 +33,19 @@ def python3_kernel() -> None:
             check=True,
             capture_output=True,
         )
+
+
+@pytest.fixture(scope="session")
+def ext_test_dir() -> Path:
+    """The extension, built once for the session into results/ext-test: CPU-only unless a GPU
+    can run the CUDA kernels. Every test that loads the library shares it (the operator tests,
+    the kernel benchmark, a lenet_ext job through DPSTUDY_EXT_DIR); it persists, so a later
+    session reuses it and ninja recompiles only changed sources."""
+    import torch
+    from helpers import REPO
+
+    import dpstudy.ext
+
+    folder = REPO / "results" / "ext-test"
+    dpstudy.ext.build(folder, cpu_only=not torch.cuda.is_available())
+    return folder

@@ -60,7 +60,14 @@ def source_of(path: Path) -> str:
 def imported_names(path: Path) -> set[str]:
     """Every dpstudy module name `path` may import: statements anywhere in it (lazy imports
     too) and strings that are exactly a module name (registries, `python -m` commands)."""
-    tree = ast.parse(source_of(path), str(path))
+    return set(_names_in(path, source_of(path)))
+
+
+@functools.cache
+def _names_in(path: Path, source: str) -> frozenset[str]:
+    """imported_names of `path` holding `source`: parsed once per content, as the workflow asks
+    for the closure of every rule (the file is read each time: an edit is parsed anew)."""
+    tree = ast.parse(source, str(path))
     inside = path.is_relative_to(PACKAGE)
     package = (
         "" if not inside else module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
@@ -80,7 +87,7 @@ def imported_names(path: Path) -> set[str]:
             match = MODULE_NAME.fullmatch(node.value.split(":")[0])
             if match:
                 names.add(match.group(0))
-    return {n for n in names if n == "dpstudy" or n.startswith("dpstudy.")}
+    return frozenset(n for n in names if n == "dpstudy" or n.startswith("dpstudy."))
 
 
 def closure(roots: tuple[str | Path, ...]) -> list[Path]:

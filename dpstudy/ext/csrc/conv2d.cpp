@@ -1,6 +1,9 @@
 // conv2d forward and backward for any device, given that device's im2col and col2im.
 #include "conv2d.h"
 
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/matmul.h>
+
 #include "checks.h"
 
 namespace dpstudy {

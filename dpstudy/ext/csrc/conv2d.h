@@ -2,7 +2,7 @@
 // each backend supplies only im2col and col2im (conv2d_cpu.cpp, cuda/conv2d.cu).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <tuple>
 

@@ -2,6 +2,8 @@
 // multiplies in conv2d.cpp run on ATen's BLAS.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>

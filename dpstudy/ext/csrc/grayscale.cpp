@@ -1,5 +1,6 @@
 // rgb_to_grayscale on CPU: one pass over the planes, parallel over pixel ranges.
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // rgb_to_grayscale: the rounding rule and the shape checks, shared by the CPU and CUDA kernels.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/macros/Macros.h>
 
 #include "checks.h"

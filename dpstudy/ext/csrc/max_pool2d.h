@@ -4,7 +4,7 @@
 // order and NaN wins, also as in PyTorch.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "checks.h"
 

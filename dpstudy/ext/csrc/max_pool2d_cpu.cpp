@@ -1,6 +1,8 @@
 // max_pool2d on CPU, parallel over (sample, channel) planes.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <cmath>

@@ -35,11 +35,10 @@ def no_tf32():
 
 
 @pytest.fixture(scope="session")
-def ops():
-    # One build for the session, CPU-only unless a GPU can run the CUDA kernels; it persists in
-    # results/ext-test, so later sessions reuse it (ninja recompiles only changed sources).
-    dpstudy.ext.build(EXT_TEST_DIR, cpu_only=not CUDA)
-    return dpstudy.ext.load(EXT_TEST_DIR)
+def ops(ext_test_dir):
+    # The session's one build (tests/conftest.py), CPU-only unless a GPU can run the CUDA kernels.
+    assert ext_test_dir == EXT_TEST_DIR
+    return dpstudy.ext.load(ext_test_dir)
 
 
 # --- rgb_to_grayscale ---------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,24 +13,16 @@ import torch
 import torch.nn.functional as F
 from helpers import REPO
 
-import dpstudy.ext
 from dpstudy.analysis import scaling
 from dpstudy.ext import reference
 from dpstudy.microbench import comm, kernels
 from dpstudy.microbench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
 
-EXT_TEST_DIR = REPO / "results" / "ext-test"  # the build test_ext.py uses
 CUDA = torch.cuda.is_available()
 
 
 def _run(*args: str) -> None:
     subprocess.run([sys.executable, *args], cwd=REPO, check=True)
-
-
-@pytest.fixture(scope="module")
-def ext_dir() -> Path:
-    dpstudy.ext.build(EXT_TEST_DIR, cpu_only=not CUDA)  # reused when up to date
-    return EXT_TEST_DIR
 
 
 def test_loops_compute_what_the_operators_compute():
@@ -62,9 +53,9 @@ def test_speedups_compare_within_op_and_shape():
     assert out.speedup_vs_loop.isna()[3]
 
 
-def test_kernel_bench_quick(ext_dir, tmp_path):
+def test_kernel_bench_quick(ext_test_dir, tmp_path):
     csv, png = tmp_path / "kernels.csv", tmp_path / "kernels.png"
-    _run("scripts/kernel_bench.py", "--out", str(csv), "--quick", "--ext", str(ext_dir), "--png", str(png))
+    _run("scripts/kernel_bench.py", "--out", str(csv), "--quick", "--ext", str(ext_test_dir), "--png", str(png))
     df = pd.read_csv(csv)
     assert list(df.columns) == kernels.COLUMNS and png.stat().st_size > 0
     ran = df[df.reason.isna()]

@@ -153,18 +153,21 @@ def train(name: str, data, epochs: int, settings: dict) -> tuple[float, float]:
 @pytest.mark.slow
 def test_vit_learns_the_generated_rgb_data_as_fast_as_a_cnn():
     # The engine's defaults (SGD, lr 0.05, momentum 0.9, batch 64) on synthetic_rgb, normalised
-    # as the engine does, 2 epochs of 4096 images. Measured (torch 2.14, CPU): vit 99.4 %,
-    # simplecnn 92.9 % (pooled readouts learned ~30 % at width 128); about 60 s on 2 cores.
+    # as the engine does, 1 epoch of 4096 images (64 steps). Measured (torch 2.14, CPU): vit
+    # 99.2 %, simplecnn 83.7 % on 2 threads, 41 % on 1: still rising steeply (after 2 epochs
+    # 99.4 % and 92.9 %; pooled readouts learned ~30 % at width 128; 64 steps over 2048 images
+    # twice: vit 98.0 %, over 3072 once: 98.3 %); about 30 s on 2 cores.
     settings = specs.complete({"dataset": "synthetic_rgb", "model": "vit", "mode": "single"})
     splits = synthetic.splits(3, 32, seed=0, train_size=4096, test_size=1000)
     mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in channel_stats(splits["train"][0]))
     data = [((images.float() / 255 - mean) / std, labels) for images, labels in splits.values()]
     start = time.perf_counter()
-    vit, vit_logits = train("vit", data, 2, settings)
-    cnn, _ = train("simplecnn", data, 2, settings)
+    vit, vit_logits = train("vit", data, 1, settings)
+    cnn, _ = train("simplecnn", data, 1, settings)
     print(f"vit {vit:.3f} (|logit| <= {vit_logits:.0f}), simplecnn {cnn:.3f}, {time.perf_counter() - start:.0f} s")
     assert vit >= 0.97
     assert vit >= cnn
     # Unscaled, the flattened readout drives the logits past +-100 (and CPU backward passes
-    # onto denormal floats, 10x slower) within an epoch; scaled, they stay near +-10.
+    # onto denormal floats, 10x slower) within an epoch (measured here: 142, and vit 87.5 %);
+    # scaled, they stay near +-10 (14).
     assert vit_logits < 40

@@ -28,8 +28,9 @@ atexit.register(_dump)
 """
 
 
-def imported_modules(argv: list[str], tmp_path: Path) -> set[str]:
-    """The dpstudy modules a job really imports, in all of its processes."""
+def imported_modules(argv: list[str], tmp_path: Path, ext_dir: Path) -> set[str]:
+    """The dpstudy modules a job really imports, in all of its processes (lenet_ext loading the
+    extension built in `ext_dir`)."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (tmp_path / "modules").mkdir()
@@ -37,6 +38,7 @@ def imported_modules(argv: list[str], tmp_path: Path) -> set[str]:
         **os.environ,
         "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{REPO}",
         "DPSTUDY_MODULES_DIR": str(tmp_path / "modules"),
+        "DPSTUDY_EXT_DIR": str(ext_dir),
     }
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -45,7 +47,7 @@ def imported_modules(argv: list[str], tmp_path: Path) -> set[str]:
     return {name for dump in dumps for name in dump.read_text().split()}
 
 
-def test_every_module_a_cell_imports_is_training_code(tmp_path, synthetic_root):
+def test_every_module_a_cell_imports_is_training_code(tmp_path, synthetic_root, ext_test_dir):
     spec = complete(
         {
             "dataset": "synthetic",
@@ -79,6 +81,7 @@ def test_every_module_a_cell_imports_is_training_code(tmp_path, synthetic_root):
             "2",
         ],
         tmp_path,
+        ext_test_dir,  # the session's build: the job loads it instead of building results/ext
     )
     modules |= {"dpstudy.jobs.launch", "dpstudy.engine.__main__"}  # run as __main__, not imported
     assert {

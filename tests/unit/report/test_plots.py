@@ -35,6 +35,33 @@ def tables_of(directory: Path, records: list[dict]) -> dict[str, pd.DataFrame]:
     return collect.summarise(collect.collect(write_records(directory, records), CURRENT))
 
 
+def copied(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """A test's own copy of tables the module collected once."""
+    return {name: table.copy() for name, table in tables.items()}
+
+
+@pytest.fixture(scope="module")
+def grid_collected(tmp_path_factory) -> dict[str, pd.DataFrame]:
+    return tables_of(tmp_path_factory.mktemp("grid"), small_grid())
+
+
+@pytest.fixture
+def grid_tables(grid_collected) -> dict[str, pd.DataFrame]:
+    """small_grid's tables: the CPU study with unfinished cells."""
+    return copied(grid_collected)
+
+
+@pytest.fixture(scope="module")
+def gpu_collected(tmp_path_factory) -> dict[str, pd.DataFrame]:
+    return tables_of(tmp_path_factory.mktemp("gpu"), gpu_records())
+
+
+@pytest.fixture
+def gpu_tables(gpu_collected) -> dict[str, pd.DataFrame]:
+    """gpu_records' tables."""
+    return copied(gpu_collected)
+
+
 def gpu_records() -> list[dict]:
     """A second workload on GPUs: DP with unequal memory, both backends, utilisation samples."""
     common = {"model": "vgg", "device": "cuda", "batch": 128}
@@ -98,8 +125,8 @@ def test_every_figure_with_one_cell(tmp_path):
 
 
 @pytest.mark.parametrize("name", list(plots.FIGURES))
-def test_unfinished_cells_listed_with_reason(tmp_path, name):
-    fig = plots.FIGURES[name](tables_of(tmp_path, small_grid()))
+def test_unfinished_cells_listed_with_reason(grid_tables, name):
+    fig = plots.FIGURES[name](grid_tables)
     text = figure_text(fig)
     plt.close(fig)
     assert NCCL_REASON in text
@@ -107,17 +134,17 @@ def test_unfinished_cells_listed_with_reason(tmp_path, name):
         assert DP_REASON in text
 
 
-def test_utilisation_says_when_nothing_was_sampled(tmp_path):
-    fig = plots.FIGURES["utilisation.png"](tables_of(tmp_path, small_grid()))
+def test_utilisation_says_when_nothing_was_sampled(grid_tables, gpu_tables):
+    fig = plots.FIGURES["utilisation.png"](grid_tables)
     assert "No GPU utilisation was sampled" in figure_text(fig)
     plt.close(fig)
-    fig = plots.FIGURES["utilisation.png"](tables_of(tmp_path / "gpu", gpu_records()))
+    fig = plots.FIGURES["utilisation.png"](gpu_tables)
     assert len(fig.axes) == 2 and fig.axes[0].lines  # one panel per sampled cell
     plt.close(fig)
 
 
-def test_scaling_draws_the_ideal_line(tmp_path):
-    fig = plots.FIGURES["scaling.png"](tables_of(tmp_path, gpu_records()))
+def test_scaling_draws_the_ideal_line(gpu_tables):
+    fig = plots.FIGURES["scaling.png"](gpu_tables)
     speedup_ax = next(ax for ax in fig.axes if ax.get_ylabel() == layout.LABELS["speedup"])
     assert any(list(line.get_ydata()) == [1, 4] for line in speedup_ax.lines)  # 1 to 4 devices
     plt.close(fig)
@@ -303,13 +330,21 @@ def test_accuracy_per_epoch_draws_medians_when_cells_are_many(many_settings):
     plt.close(fig)
 
 
-def strategy_tables(directory: Path) -> dict[str, pd.DataFrame]:
+@pytest.fixture(scope="module")
+def strategy_collected(tmp_path_factory) -> dict[str, pd.DataFrame]:
     records = strategy_grid()
+    directory = tmp_path_factory.mktemp("strategies")
     return collect.summarise(collect.collect(write_records(directory, records), CURRENT, strategy_plan(records)))
 
 
-def test_strategies_places_each_strategy_at_its_memory_and_throughput_and_rings_the_fastest(tmp_path):
-    tables = strategy_tables(tmp_path)
+@pytest.fixture
+def strategy_tables(strategy_collected) -> dict[str, pd.DataFrame]:
+    """strategy_grid's tables, with the memory plan beside them."""
+    return copied(strategy_collected)
+
+
+def test_strategies_places_each_strategy_at_its_memory_and_throughput_and_rings_the_fastest(strategy_tables):
+    tables = strategy_tables
     fig = plots.FIGURES["strategies.png"](tables)
     drawn = {
         (round(x, 6), round(y, 6))
@@ -332,8 +367,8 @@ def test_strategies_places_each_strategy_at_its_memory_and_throughput_and_rings_
     plt.close(fig)
 
 
-def test_memory_split_stacks_the_measured_parts_and_marks_the_prediction(tmp_path):
-    tables = strategy_tables(tmp_path)
+def test_memory_split_stacks_the_measured_parts_and_marks_the_prediction(strategy_tables):
+    tables = strategy_tables
     fig = plots.FIGURES["memory_split.png"](tables)
     ax = fig.axes[0]
     widths = sorted(round(p.get_width(), 6) for p in ax.patches if p.get_width() > 0)

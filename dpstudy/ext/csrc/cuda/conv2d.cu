@@ -1,6 +1,7 @@
 // conv2d on CUDA: im2col and col2im kernels; the drivers in conv2d.cpp do the matrix
 // multiplies with cuBLAS through ATen, on the same current stream.
 #include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

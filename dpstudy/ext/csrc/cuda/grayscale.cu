@@ -1,4 +1,5 @@
 // rgb_to_grayscale on CUDA: one thread per output pixel, on the current stream.
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

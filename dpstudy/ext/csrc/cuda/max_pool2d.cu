@@ -1,6 +1,8 @@
 // max_pool2d on CUDA: one thread per output element, forward and backward.
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/Atomic.cuh>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
