@@ -8,41 +8,28 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 
 from dpstudy.study import outputs, sweeps as studies
-from dpstudy.ext import arch as ext_arch
+from dpstudy.jobs.planning import plan
 from dpstudy.record.envinfo import torch_version
 from dpstudy.jobs.gpus import visible_gpu_count
-from dpstudy.jobs import usercheck
 from dpstudy import models
 from dpstudy.data import user as user_data
 from dpstudy.record.provenance import code_files, export_checkout, native_files
-from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
+from dpstudy.study.resources import comm_bench_gpus, train_resources
 from dpstudy.study.spec import gap_before_start
 from dpstudy.util.errors import ConfigError
 
 export_checkout(workflow.basedir)
 
 try:
-    STUDY = studies.load(config, workflow.configfiles)
-    ALL_CELLS = studies.expand(STUDY)
-    # The user's own datasets, and the fingerprint of what preparing each reads: a new one (images
-    # added, the function edited) prepares it anew, and its cells rerun.
-    ALL_USER_DATASETS = user_data.in_study(STUDY, ALL_CELLS)
-    USER_DATA_FINGERPRINTS = {
-        name: user_data.fingerprint(dataset)
-        for name, dataset in ALL_USER_DATASETS.items()
-    }
-    # The study's own models and data, tried before any job (a child process, skipped when
-    # nothing changed since it last passed: dpstudy.jobs.usercheck).
-    usercheck.check(STUDY, ALL_CELLS, outputs.USER_CHECK, USER_DATA_FINGERPRINTS)
-    # Whether jobs reserve GPUs (config request_gpus): on a host without GPUs, device 'auto'
-    # plans CPU cells, which reserve none.
-    GPU_JOBS = requests_gpus(STUDY, visible_gpu_count())
-    # The extension's build: CUDA kernels, for which architectures, required or not.
-    EXT_BUILD_ARGS = ext_arch.build_args(
-        STUDY["ext"]["cuda_arch"], GPU_JOBS, ext_arch.visible_capabilities()
-    )
+    # The study, its cells, the user's own datasets (and the fingerprint of what preparing each
+    # reads: new images or an edited function prepare it anew and rerun its cells), the check of
+    # the user's models and data before any job, whether jobs reserve GPUs, the extension's build.
+    PLAN = plan(config, workflow.configfiles)
 except ConfigError as error:
     raise WorkflowError(f"invalid study config: {error}") from None
+STUDY, ALL_CELLS, GPU_JOBS = PLAN.study, PLAN.cells, PLAN.gpu_jobs
+ALL_USER_DATASETS, USER_DATA_FINGERPRINTS = PLAN.user_datasets, PLAN.fingerprints
+EXT_BUILD_ARGS = PLAN.ext_build_args
 
 
 _kept, _left_out = studies.within_gpu_budget(

@@ -1,8 +1,9 @@
 """No config value reaches a rule's shell command as code (issue 13).
 
 Each config value that can reach a shell command is planted with shell code that would create a
-sentinel file. Values the schema rejects: the real `snakemake -n` fails before any job, naming the
-key. Values it accepts: every shell command the real dry run prints (`-p`: the exact commands
+sentinel file. Values the schema rejects: the study loader the workflow plans with refuses each,
+naming the key (in process), and the real `snakemake -n` fails before any job (two of them).
+Values it accepts: every shell command the real dry run prints (`-p`: the exact commands
 Snakemake would run, for every job of the DAG) is run with bash, `python` being a stub that records
 its arguments; no sentinel may appear, every command must succeed, and each planted value must
 arrive whole, as one argument or a string inside a JSON argument. A value the schema should have
@@ -22,6 +23,9 @@ from pathlib import Path
 
 import pytest
 from helpers.workflow import copy_checkout, planned, snakemake
+
+from dpstudy.jobs.planning import plan
+from dpstudy.util.errors import ConfigError
 
 # Shell code that creates the sentinel {s}, in each way a value could break out of a command.
 INJECTIONS = {
@@ -200,11 +204,28 @@ REJECTED = {
 }
 
 
-@pytest.mark.parametrize("case", REJECTED)
-def test_a_value_the_schema_rejects_fails_the_run_before_any_job(case, checkout, sentinels, tmp_path):
+def planted(case: str, sentinels: Path) -> tuple[dict, str]:
     template, key, plant = REJECTED[case]
     config = copy.deepcopy(BASE)
     plant(config, template.format(s=sentinels / case))
+    return config, key
+
+
+@pytest.mark.parametrize("case", REJECTED)
+def test_the_study_loader_rejects_the_value_naming_its_key(case, sentinels):
+    # What the workflow plans with (dpstudy.jobs.planning, called by rules/common.smk), in process.
+    config, key = planted(case, sentinels)
+    with pytest.raises(ConfigError) as refused:
+        plan(config, user_check=None, visible_gpus=0, capabilities=[])
+    assert key in str(refused.value)
+
+
+# The issue's own value and a trailing newline, through the real `snakemake -n -p`: its refusal is
+# the workflow's, before any job, and nothing it prints runs the planted code.
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["cuda_arch_the_issues_value", "study_trailing_newline"])
+def test_a_value_the_schema_rejects_fails_the_run_before_any_job(case, checkout, sentinels, tmp_path):
+    config, key = planted(case, sentinels)
     proc, _ = plan_and_run(checkout, config, tmp_path)
     ran = sorted(path.name for path in sentinels.iterdir())
     assert not ran, f"the planted shell code ran: {ran}"
@@ -246,6 +267,7 @@ def accepted_study(index: int, sentinels: Path) -> tuple[dict, list[str]]:
     return config, [data_root, code_path, *mirrors.values(), ARCH_LISTS[index]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(DATA_ROOT_FORMS)), ids=DATA_ROOT_FORMS)
 def test_accepted_values_reach_every_shell_command_quoted(index, checkout, sentinels, tmp_path):
     config, planted = accepted_study(index, sentinels)

@@ -81,8 +81,8 @@ def planned(proc: subprocess.CompletedProcess) -> dict[str, list[str]]:
     return jobs
 
 
-def dry_run(workdir: Path, config: dict | None = None, *extra: str) -> dict[str, list[str]]:
-    return planned(snakemake(workdir, "-n", *extra, config=config))
+def dry_run(workdir: Path, config: dict | None = None, *extra: str, env: dict | None = None) -> dict[str, list[str]]:
+    return planned(snakemake(workdir, "-n", *extra, config=config, env=env))
 
 
 def wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float = 300) -> None:

@@ -22,6 +22,12 @@ def data_root(tmp_path_factory):
     return root
 
 
+def torch_sees_gpus() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def spec_for(data_root, **settings):
     return {
         "dataset": "synthetic",
@@ -66,14 +72,14 @@ def test_single_cell_writes_a_complete_record(data_root, tmp_path):
     assert not list(tmp_path.glob(".*tmp"))
 
 
-def test_same_seed_gives_identical_losses(data_root, tmp_path):
+def test_same_seed_gives_identical_losses(synthetic_root, tmp_path):
     losses = []
     for run in ("a", "b"):
-        assert train(spec_for(data_root, epochs=1), tmp_path / run).returncode == 0
+        assert train(spec_for(synthetic_root, epochs=1), tmp_path / run).returncode == 0
         e = record.read(tmp_path / run / "record.json")["epochs"][0]
         losses.append((e["train_loss"], e["test_loss"]))
     assert losses[0] == losses[1]
-    assert train(spec_for(data_root, epochs=1, seed=1), tmp_path / "c").returncode == 0
+    assert train(spec_for(synthetic_root, epochs=1, seed=1), tmp_path / "c").returncode == 0
     assert record.read(tmp_path / "c" / "record.json")["epochs"][0]["train_loss"] != losses[0][0]
 
 
@@ -139,24 +145,50 @@ def test_fsdp_over_gloo_trains_what_ddp_trains(parity_runs):
     assert grad_op["epochs"][0]["train_loss"] == pytest.approx(fsdp["epochs"][0]["train_loss"], rel=1e-6)
 
 
-@pytest.mark.parametrize(
-    "settings, nproc, reason",
-    [
-        ({"mode": "dp", "gpus": 2}, None, "mode dp needs CUDA"),
-        ({"mode": "ddp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
-        ({"device": "cuda"}, None, "no CUDA device is visible"),
-        ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
-        ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match nodes x gpus 1"),
-        ({"mode": "fsdp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
-        ({"mode": "fsdp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
-        (
-            {"mode": "ddp", "gpus": 1, "nodes": 2, "backend": "gloo"},
-            1,
-            "nodes 2 needs a launch on 2 nodes (srun torchrun --nnodes=2",
-        ),
-    ],
-)
-def test_cells_the_hardware_cannot_run_are_skipped(data_root, tmp_path, settings, nproc, reason):
+# (settings, the launch: None for python, N for torchrun with N processes, the reason)
+UNRUNNABLE = [
+    ({"mode": "dp", "gpus": 2}, None, "mode dp needs CUDA"),
+    ({"mode": "ddp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
+    ({"device": "cuda"}, None, "no CUDA device is visible"),
+    ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
+    ({"mode": "ddp", "gpus": 1, "backend": "gloo"}, 2, "world size 2 does not match nodes x gpus 1"),
+    ({"mode": "fsdp", "gpus": 2, "backend": "nccl"}, None, "backend nccl needs CUDA"),
+    ({"mode": "fsdp", "gpus": 2, "backend": "gloo"}, None, "world size 1 does not match nodes x gpus 2"),
+    (
+        {"mode": "ddp", "gpus": 1, "nodes": 2, "backend": "gloo"},
+        1,
+        "nodes 2 needs a launch on 2 nodes (srun torchrun --nnodes=2",
+    ),
+]
+
+
+def launch_env(nproc: int | None) -> dict[str, str]:
+    """What torchrun --standalone --nproc-per-node=N gives rank 0 (python alone: nothing)."""
+    if nproc is None:
+        return {}
+    return {
+        "WORLD_SIZE": str(nproc),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_WORLD_SIZE": "1",
+    }
+
+
+@pytest.mark.skipif(torch_sees_gpus(), reason="on a GPU host dp and nccl cells run")
+@pytest.mark.parametrize("settings, nproc, reason", UNRUNNABLE)
+def test_the_engine_plans_to_skip_what_the_hardware_cannot_run(data_root, settings, nproc, reason):
+    from dpstudy.engine.modes import Skip, plan
+    from dpstudy.study.spec import complete
+
+    with pytest.raises(Skip) as skip:
+        plan(complete(spec_for(data_root, **settings)), env=launch_env(nproc))
+    assert reason in str(skip.value)
+
+
+@pytest.mark.parametrize("settings, nproc, reason", [UNRUNNABLE[0], UNRUNNABLE[4]], ids=["python", "torchrun"])
+def test_a_cell_the_hardware_cannot_run_is_a_skipped_record(data_root, tmp_path, settings, nproc, reason):
+    # The engine's plan decides (above); launched as a job launches it, the cell ends as a record.
     proc = train(spec_for(data_root, **settings), tmp_path, nproc=nproc)
     assert proc.returncode == 0, proc.stderr
     rec = record.read(tmp_path / "record.json")
@@ -165,8 +197,8 @@ def test_cells_the_hardware_cannot_run_are_skipped(data_root, tmp_path, settings
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_oom_on_one_rank_stops_every_rank(data_root, tmp_path, mode):
-    spec = spec_for(data_root, mode=mode, gpus=2, backend="gloo", epochs=2)
+def test_oom_on_one_rank_stops_every_rank(synthetic_root, tmp_path, mode):
+    spec = spec_for(synthetic_root, mode=mode, gpus=2, backend="gloo", epochs=2)
     proc = train(spec, tmp_path, nproc=2, env={"DPSTUDY_INJECT_FAULT": "oom:1:2:3"}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rec = record.read(tmp_path / "record.json")
@@ -175,8 +207,8 @@ def test_oom_on_one_rank_stops_every_rank(data_root, tmp_path, mode):
     assert proc.seconds < 60  # no rank waited for a collective timeout
 
 
-def test_unexpected_error_is_a_failed_record_and_nonzero_exit(data_root, tmp_path):
-    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
+def test_unexpected_error_is_a_failed_record_and_nonzero_exit(synthetic_root, tmp_path):
+    spec = spec_for(synthetic_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
     proc = train(spec, tmp_path, nproc=2, env={"DPSTUDY_INJECT_FAULT": "error:0:1:2"}, timeout=120)
     assert proc.returncode != 0
     rec = record.read(tmp_path / "record.json")
@@ -246,10 +278,10 @@ def test_other_settings_train(data_root, tmp_path, settings):
 
 
 @pytest.mark.slow
-def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(data_root, tmp_path):
+def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(synthetic_root, tmp_path):
     # torchrun --standalone binds its rendezvous store to a port the kernel picks (port 0), so
     # two jobs started at the same moment on one machine cannot collide.
-    spec = spec_for(data_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
+    spec = spec_for(synthetic_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
     launcher = TORCHRUN + ["--nproc-per-node=2", "-m", "dpstudy.engine", "--spec", json.dumps(spec)]
     jobs = [
         subprocess.Popen(
