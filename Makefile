@@ -14,6 +14,9 @@ GPUS ?= 2
 TORCH ?=
 WHEELS ?=
 EXTRAS ?=
+# make test's and make test-fast's: pytest-xdist workers (0: none)
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 # make wheelhouse's: WHEELS (default wheelhouse/), WHEELS_PYTHON=3.12 for another Python,
 # WITH_TORCH=1 to add torch, torchvision and their CUDA libraries (several GB).
 WHEELS_PYTHON ?=
@@ -58,11 +61,13 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile rules
 
+# The tests run in TEST_WORKERS processes (pytest-xdist): a test module is one unit of work
+# (tests/conftest.py), the longest first. TEST_WORKERS=0 runs them in this process, one by one.
 test: setup system-packages lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
 run: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)

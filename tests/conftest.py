@@ -4,6 +4,9 @@ workflow, a real SLURM, the report in Chromium and the GPU paths; tests/helpers/
 
 from __future__ import annotations
 
+import fcntl
+import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -47,5 +50,64 @@ def ext_test_dir() -> Path:
     import dpstudy.ext
 
     folder = REPO / "results" / "ext-test"
-    dpstudy.ext.build(folder, cpu_only=not torch.cuda.is_available())
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / "ext-test.lock", "w") as lock:  # pytest-xdist's workers build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        dpstudy.ext.build(folder, cpu_only=not torch.cuda.is_available())
     return folder
+
+
+# --- running in parallel (make test: pytest -n 2, pytest-xdist) ------------------------------------
+
+# A test module is one unit of work; modules that share a session fixture too costly to make twice
+# are one unit together.
+SHARED = {"tests/e2e/test_default_study.py": "default_study", "tests/e2e/test_reruns.py": "default_study"}
+# The longest units first, so that no worker starts one of them when the other is nearly done.
+FIRST = ("default_study", "tests/e2e/test_cluster.py", "tests/e2e/test_own_model.py", "tests/e2e/test_setup.py")
+
+
+def pytest_configure(config):
+    """tests/e2e/test_gpu.py draws its shapes from a seed of its own each run: drawn here, once, so
+    that every pytest-xdist worker (they inherit this environment) collects the same tests."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("DPSTUDY_GPU_SEED", str(secrets.randbelow(2**31)))
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the name its module shares in SHARED."""
+    module = nodeid.split("::")[0]
+    return SHARED.get(module, module)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The units of FIRST first (without xdist only the order changes)."""
+    rank = {unit: i for i, unit in enumerate(FIRST)}
+    # stable: within a unit, and among the rest, collection order stays
+    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(FIRST)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler, handing out whole units (a module's fixtures made once, on one
+    worker) in collection order. Its own --dist loadgroup cannot: it marks a group by rewriting
+    item._nodeid, which pytest 9 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return ModuleUnits(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread_per_worker():
+    """Under pytest-xdist two workers share the cores: torch's intra-op threads in a worker would
+    wait at every parallel region for a thread the other worker's work has descheduled (a 2-thread
+    op on a taken core ran 40x slower). One thread each; cells started as processes set their own."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+    yield
