@@ -7,11 +7,15 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from dpstudy.ext.cache import ENV as EXT_CACHE_ENV
 
 
 @pytest.fixture(scope="session")
@@ -67,10 +71,19 @@ FIRST = ("default_study", "tests/e2e/test_cluster.py", "tests/e2e/test_own_model
 
 
 def pytest_configure(config):
-    """tests/e2e/test_gpu.py draws its shapes from a seed of its own each run: drawn here, once, so
-    that every pytest-xdist worker (they inherit this environment) collects the same tests."""
+    """Set once for the run, in the process that starts pytest-xdist's workers (they inherit it):
+    tests/e2e/test_gpu.py's seed, drawn each run, so that every worker collects the same tests;
+    and a cache of built extensions of this run's own (dpstudy.ext.cache), so that the run
+    compiles each distinct build once, never none."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("DPSTUDY_GPU_SEED", str(secrets.randbelow(2**31)))
+        config.ext_cache = tempfile.mkdtemp(prefix="dpstudy-ext-cache-")
+        os.environ[EXT_CACHE_ENV] = config.ext_cache
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "ext_cache", None):
+        shutil.rmtree(config.ext_cache, ignore_errors=True)
 
 
 def unit_of(nodeid: str) -> str:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dpstudy.ext import cache
 from dpstudy.ext.arch import DEFAULT_CUDA_ARCH, split
 from dpstudy.util.atomic import write_json
 from dpstudy.util.hashing import files_under, tree_sha256
@@ -150,8 +151,9 @@ def build(
 ) -> dict[str, Any]:
     """Build the library into `out_dir` and return build.json's content.
 
-    An up-to-date build (same sources, torch and CUDA plan) is reused unless `force`; ninja keeps
-    `out_dir/build` so that a rebuild recompiles only changed files. With `require_cuda`, a build
+    An up-to-date build (same sources, torch and CUDA plan) is reused unless `force`; else the
+    same build from the machine's cache (dpstudy.ext.cache) is copied in, else it compiles; ninja
+    keeps `out_dir/build` so that a rebuild recompiles only changed files. With `require_cuda`, a build
     that could not include CUDA kernels raises CudaUnavailable before compiling anything.
     """
     import torch
@@ -174,12 +176,46 @@ def build(
     }
     if not force and (info := _cached(out / "build.json", expected)):
         return info
+    cxx = _version(os.environ.get("CXX", "c++"))
+    inputs = {  # what the library depends on: the key of its entry in the machine's cache
+        **expected,
+        "cflags": CFLAGS,
+        "ldflags": LDFLAGS,
+        "cuda_cflags": CUDA_CFLAGS if plan["with_cuda"] else [],
+        "cxx": cxx,
+        "nvcc": plan["nvcc"],
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    with cache.entry(inputs) as entry:
+        stored = None if force or entry is None else cache.lookup(entry, inputs)
+        if stored:
+            cache.copy_out(entry, out / SO_NAME)
+            info = {key: value for key, value in stored.items() if key != "inputs"}
+            info.update(so=str(out / SO_NAME), cache=f"copied from {entry}")
+            print(f"dpstudy.ext: the same build is in the cache: copied from {entry}", file=sys.stderr)
+        else:
+            info = _compile(out, plan, expected, cxx)
+            if entry is not None:
+                cache.store(entry, out / SO_NAME, info, inputs)
+                info["cache"] = f"compiled here, stored in {entry}"
+            else:
+                info["cache"] = "off"
+    write_json(out / "build.json", info)
+    return info
+
+
+def _compile(out: Path, plan: dict[str, Any], expected: dict[str, Any], cxx: str) -> dict[str, Any]:
+    """Compile into out/build, put the library at out/dpstudy_ext.so; build.json's content."""
+    import torch
+
     start = time.perf_counter()
     built = _compile_in_child(out / "build", sources(plan["with_cuda"]), plan)
     tmp = out / f".{SO_NAME}.{os.getpid()}.tmp"
     shutil.copy2(built["so"], tmp)
     os.replace(tmp, out / SO_NAME)  # a rename: processes that mapped the old file keep it intact
-    info = {
+    return {
         **expected,
         "so": str(out / SO_NAME),
         "ops": built["ops"],
@@ -188,7 +224,7 @@ def build(
         "torch_cuda": torch.version.cuda,
         "cuda_home": plan["cuda_home"],
         "nvcc": plan["nvcc"],
-        "cxx": _version(os.environ.get("CXX", "c++")),
+        "cxx": cxx,
         "cflags": CFLAGS,
         "cuda_cflags": CUDA_CFLAGS if plan["with_cuda"] else [],
         "sources": [str(p.relative_to(CSRC.parent)) for p in sources(plan["with_cuda"])],
@@ -196,8 +232,6 @@ def build(
         "platform": platform.platform(),
         "build_s": round(time.perf_counter() - start, 1),
     }
-    write_json(out / "build.json", info)
-    return info
 
 
 def _compile_in_child(build_dir: Path, files: list[Path], plan: dict[str, Any]) -> dict[str, Any]:
