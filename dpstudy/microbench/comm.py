@@ -87,6 +87,11 @@ def reason(backend: str, device: str, world_size: int) -> str | None:
     return None
 
 
+def sizes_to_time(quick: bool) -> list[int]:
+    """The total sizes S a run times: all of SIZES, or with `quick` those up to QUICK_MAX."""
+    return [n for n in SIZES if not quick or n <= QUICK_MAX]
+
+
 def iterations(nbytes: int, quick: bool) -> tuple[int, int]:
     """(warm-up, timed) iterations: many for small messages, fewer where one takes long."""
     if quick:
@@ -184,7 +189,7 @@ def run(quick: bool = False, world_size: int = 2, combos=COMBOS) -> pd.DataFrame
     """Spawn `world_size` processes, time every collective of COLLECTIVES for every runnable
     (backend, device) of `combos` and every size; the combinations of `combos` that cannot run are
     rows with a reason."""
-    sizes = [n for n in SIZES if not quick or n <= QUICK_MAX]
+    sizes = sizes_to_time(quick)
     combos = [tuple(c) for c in combos]
     runnable = [c for c in combos if reason(*c, world_size) is None]
     with tempfile.TemporaryDirectory() as tmp:

@@ -7,10 +7,16 @@ from site-packages."""
 
 from __future__ import annotations
 
+import json
+import os
+
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 from helpers.browser import open_offline
 
+from dpstudy.microbench import comm, kernels
 from dpstudy.record import provenance
 from dpstudy.study import outputs
 
@@ -78,3 +84,49 @@ def test_the_report_answers_from_the_data_and_renders_offline_with_every_figure(
     assert figures == sorted([*outputs.FIGURES, "comm.png", "kernels.png"])
     assert page["blocked"] == [] and len(page["images"]) == len(figures) == 14
     assert all(done and width > 100 for done, width in page["images"])
+
+
+def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
+    # the extension they time: compiled by this run, or copied from this run's cache of builds
+    build = json.loads((default_study.workdir / "results/ext/build.json").read_text())
+    assert build["cache"].startswith(("compiled here, stored in ", "copied from ")), build["cache"]
+    assert build["cache"].split(" ")[-1].startswith(os.environ["DPSTUDY_EXT_CACHE"])
+    bench = default_study.workdir / "results/bench"
+    df = pd.read_csv(bench / "kernels.csv")
+    assert list(df.columns) == kernels.COLUMNS
+    ran = df[df.reason.isna()]
+    assert set(ran.op) == {"rgb_to_grayscale", "max_pool2d_backward", "conv2d_forward", "conv2d_backward"}
+    assert (ran.median_s > 0).all() and (ran.threads >= 1).all()
+    loops = ran[ran.impl == "python_loop"]
+    assert len(loops) == 3 and loops.extrapolated.all() and loops.note.str.contains("scaled").all()
+    assert (loops.speedup_vs_loop == 1).all()
+    ext = ran[(ran.impl == "extension") & ran.op.isin(["rgb_to_grayscale", "max_pool2d_backward"])]
+    assert len(ext) == 3 and (ext.speedup_vs_loop > 0).all() and (ext.speedup_vs_pytorch > 0).all()
+    cuda = df[df.device == "cuda"]
+    assert len(cuda) == len(ran[ran.impl != "python_loop"])
+    if not torch.cuda.is_available():
+        assert (cuda.reason == "no CUDA device").all() and cuda.median_s.isna().all()
+
+    df = pd.read_csv(bench / "comm.csv")
+    assert list(df.columns) == comm.COLUMNS
+    gloo = df[(df.backend == "gloo") & (df.device == "cpu")]
+    assert list(gloo.collective.unique()) == list(comm.COLLECTIVES)
+    # a reason-free row passed the check of its result on both ranks before it was timed
+    assert gloo.reason.isna().all() and (gloo.median_s > 0).all() and (gloo.busbw_gbps > 0).all()
+    for collective, factor in (
+        ("all_reduce", 2 * (2 - 1) / 2),
+        ("all_gather", (2 - 1) / 2),
+        ("reduce_scatter", (2 - 1) / 2),
+    ):
+        rows = gloo[gloo.collective == collective]
+        assert list(rows.bytes) == [4096 * 4**k for k in range(9)], collective  # S, the total size
+        assert list(rows["size"])[:6] == ["4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB", "4 MiB"]
+        assert list(rows["size"])[6:] == ["16 MiB", "64 MiB", "256 MiB"]
+        np.testing.assert_allclose(rows.algbw_gbps, rows.bytes / rows.median_s / 1e9, rtol=1e-12)
+        np.testing.assert_allclose(rows.busbw_gbps, rows.bytes / rows.median_s / 1e9 * factor, rtol=1e-12)
+    assert set(zip(df.collective, df.backend, df.device)) == {(c, *b) for c in comm.COLLECTIVES for b in comm.COMBOS}
+    skipped = df[df.reason.notna()]
+    assert skipped.median_s.isna().all() and skipped.busbw_gbps.isna().all()
+    if torch.cuda.device_count() < 2:
+        assert (skipped.backend == "nccl").any()
+        assert set(skipped[skipped.backend == "nccl"].collective) == set(comm.COLLECTIVES)

@@ -1,28 +1,22 @@
-"""Benchmark smoke tests: the CLIs run with --quick and write the promised tables and figures.
-No timing is asserted; only that every row is there and the ratios are computed."""
+"""Benchmark tests: a --quick run in process and the helpers. The CLIs run in full in the default
+study (tests/e2e/test_default_study.py asserts their rows). No timing is asserted; only that every
+row is there and the ratios are computed."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import REPO
 
+import dpstudy.ext
 from dpstudy.analysis import scaling
 from dpstudy.ext import reference
 from dpstudy.microbench import comm, kernels
 from dpstudy.microbench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
 
 CUDA = torch.cuda.is_available()
-
-
-def _run(*args: str) -> None:
-    subprocess.run([sys.executable, *args], cwd=REPO, check=True)
 
 
 def test_loops_compute_what_the_operators_compute():
@@ -53,51 +47,26 @@ def test_speedups_compare_within_op_and_shape():
     assert out.speedup_vs_loop.isna()[3]
 
 
-def test_kernel_bench_quick(ext_test_dir, tmp_path):
-    csv, png = tmp_path / "kernels.csv", tmp_path / "kernels.png"
-    _run("scripts/kernel_bench.py", "--out", str(csv), "--quick", "--ext", str(ext_test_dir), "--png", str(png))
-    df = pd.read_csv(csv)
-    assert list(df.columns) == kernels.COLUMNS and png.stat().st_size > 0
+def test_kernel_bench_quick_times_every_case_in_process(ext_test_dir):
+    # The CLI (scripts/kernel_bench.py, its CSV and figure) runs in the default study:
+    # tests/e2e/test_default_study.py asserts its rows. Here the --quick cases, in process.
+    df = kernels.run(dpstudy.ext.load(ext_test_dir), quick=True)
     ran = df[df.reason.isna()]
     assert set(ran.op) == {"rgb_to_grayscale", "max_pool2d_backward", "conv2d_forward", "conv2d_backward"}
     assert (ran.median_s > 0).all() and (ran.threads >= 1).all()
     loops = ran[ran.impl == "python_loop"]
     assert len(loops) == 3 and loops.extrapolated.all() and loops.note.str.contains("scaled").all()
     assert (loops.speedup_vs_loop == 1).all()
-    ext = ran[(ran.impl == "extension") & ran.op.isin(["rgb_to_grayscale", "max_pool2d_backward"])]
-    assert len(ext) == 3 and (ext.speedup_vs_loop > 0).all() and (ext.speedup_vs_pytorch > 0).all()
-    cuda = df[df.device == "cuda"]
-    assert len(cuda) == len(ran[ran.impl != "python_loop"])
-    if not CUDA:
-        assert (cuda.reason == "no CUDA device").all() and cuda.median_s.isna().all()
+    full = {(c.op, c.shape, c.impl) for c in kernels.all_cases(dpstudy.ext.load(ext_test_dir), quick=False)}
+    assert set(zip(df.op, df["shape"], df.impl)) == full  # quick times the same cases, briefly
 
 
-def test_comm_bench_quick(tmp_path):
-    csv, png = tmp_path / "comm.csv", tmp_path / "comm.png"
-    _run("scripts/comm_bench.py", "--out", str(csv), "--quick", "--png", str(png))
-    df = pd.read_csv(csv)
-    assert list(df.columns) == comm.COLUMNS and png.stat().st_size > 0
-    assert comm.COLLECTIVES == ("all_reduce", "all_gather", "reduce_scatter")
-    gloo = df[(df.backend == "gloo") & (df.device == "cpu")]
-    assert list(gloo.collective.unique()) == list(comm.COLLECTIVES)
-    # a reason-free row passed the check of its result on both ranks before it was timed
-    assert gloo.reason.isna().all() and (gloo.median_s > 0).all() and (gloo.busbw_gbps > 0).all()
-    for collective, factor in (
-        ("all_reduce", 2 * (2 - 1) / 2),
-        ("all_gather", (2 - 1) / 2),
-        ("reduce_scatter", (2 - 1) / 2),
-    ):
-        rows = gloo[gloo.collective == collective]
-        assert list(rows.bytes) == [4096 * 4**k for k in range(6)], collective  # S, the total size
-        assert list(rows["size"]) == ["4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB", "4 MiB"]
-        np.testing.assert_allclose(rows.algbw_gbps, rows.bytes / rows.median_s / 1e9, rtol=1e-12)
-        np.testing.assert_allclose(rows.busbw_gbps, rows.bytes / rows.median_s / 1e9 * factor, rtol=1e-12)
-    assert set(zip(df.collective, df.backend, df.device)) == {(c, *b) for c in comm.COLLECTIVES for b in comm.COMBOS}
-    skipped = df[df.reason.notna()]
-    assert skipped.median_s.isna().all() and skipped.busbw_gbps.isna().all()
-    if torch.cuda.device_count() < 2:
-        assert (skipped.backend == "nccl").any()
-        assert set(skipped[skipped.backend == "nccl"].collective) == set(comm.COLLECTIVES)
+def test_a_quick_comm_run_stops_at_4_mib():
+    # The full run's rows: tests/e2e/test_default_study.py (its comm_bench job)
+    assert comm.sizes_to_time(quick=False) == comm.SIZES == [4096 * 4**k for k in range(9)]
+    assert comm.sizes_to_time(quick=True) == [4096 * 4**k for k in range(6)]
+    assert comm.iterations(4 << 20, quick=True) == (2, 10)
+    assert comm.iterations(256 << 20, quick=False) == (5, 5) and comm.iterations(4096, quick=False) == (5, 50)
 
 
 def _as_rank(monkeypatch, rank: int, world_size: int) -> None:
