@@ -22,12 +22,15 @@ PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 WHEELS_PYTHON ?=
 WITH_TORCH ?=
 
-# Debian packages of the tests: a private SLURM (the cluster tests) and Chromium (the HTML report,
-# opened headless); `make test` installs the missing ones when it runs as root, otherwise those
-# tests are skipped with the reason.
-SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge chromium
+# Debian packages. Of a study: jemalloc, the allocator its cells run with (config allocator: auto
+# falls back to glibc's malloc, tuned, without it); `make run` installs it when it runs as root.
+# Of the tests besides: a private SLURM (the cluster tests) and Chromium (the HTML report, opened
+# headless); `make test` installs the missing ones when it runs as root, otherwise those tests are
+# skipped with the reason.
+RUN_PACKAGES := libjemalloc2
+SYSTEM_PACKAGES := $(RUN_PACKAGES) slurmctld slurmd slurm-client munge chromium
 
-.PHONY: setup wheelhouse lock system-packages lint test test-fast run example gpu-check clean
+.PHONY: setup wheelhouse lock run-packages system-packages lint test test-fast run example gpu-check clean
 
 # Quick and silent when .venv is up to date; (re)installs when pyproject.toml or the lock changed.
 setup:
@@ -43,16 +46,24 @@ lock:
 	$(BIN)/python -m pip install --quiet -e '.[test,browser,timm]'
 	$(BIN)/python scripts/lock_requirements.py
 
-system-packages:
-	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# $(call apt_install,PACKAGES,WHAT WITHOUT THEM): install the missing ones as root, else say so.
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing" $$missing "(Debian) for the tests"; \
+		echo "installing" $$missing "(Debian)"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
-			|| echo "could not install" $$missing": the tests that need them will be skipped"; \
+			|| echo "could not install" $$missing": $(2)"; \
 	else \
-		echo "not installing" $$missing "(needs root and apt-get): the tests that need them will be skipped"; \
+		echo "not installing" $$missing "(needs root and apt-get): $(2)"; \
 	fi
+endef
+
+run-packages:
+	$(call apt_install,$(RUN_PACKAGES),cells run with glibc's malloc told to keep its memory instead)
+
+system-packages:
+	$(call apt_install,$(SYSTEM_PACKAGES),the tests that need them will be skipped)
 
 # ruff (lint and format) over the Python code, snakefmt over the workflow. `ruff format .` and
 # `snakefmt Snakefile rules` fix what they report.
@@ -69,11 +80,11 @@ test: setup system-packages lint
 test-fast: setup
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
-run: setup
+run: setup run-packages
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
 
 # Your own model and data (examples/own_model): its image folder, then its study to the report.
-example: setup
+example: setup run-packages
 	$(BIN)/python examples/own_model/make_images.py
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS) \
 		--configfile examples/own_model/study.yaml

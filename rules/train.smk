@@ -45,13 +45,15 @@ rule train:
     params:
         spec=cell_spec,
         plan=lambda wc, input: f"--memory-plan {input.plan}" if input.plan else "",
+        # a param, so that another allocator reruns the cells (their numbers change)
+        allocator=STUDY["allocator"],
     shell:
         # Every outcome the cell itself reports (ok, skipped, oom, failed) is a record and a
         # finished job; only a stopped job (cancelled, killed) leaves none.
         "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
         f" --out {outputs.CELLS_DIR}/{{wildcards.cell}} --log {{log:q}} --gpus {{resources.node_gpus}}"
         " --cores {resources.node_cores} --attempt {resources.attempt}"
-        " {params.plan}"
+        " --allocator {params.allocator} {params.plan}"
 
 
 # Every cell's peak memory per device, predicted where Snakemake plans (fake tensors, no GPU),

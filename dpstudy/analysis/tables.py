@@ -79,6 +79,7 @@ CELL_COLUMNS = (
     "scheduler",
     "job_id",
     "rank_nodes",
+    "allocator",
     *PROBE_COLUMNS,
 )
 EPOCH_COLUMNS = (
@@ -122,6 +123,15 @@ def rank_nodes(env: dict[str, Any]) -> str | None:
     """The distinct nodes the ranks ran on, in rank order."""
     nodes = [r.get("node") or r.get("hostname") for r in env.get("ranks") or []]
     return "; ".join(dict.fromkeys(filter(None, nodes))) or None
+
+
+def rank_allocators(env: dict[str, Any]) -> str | None:
+    """The memory allocators the ranks ran with (dpstudy.util.allocator), distinct, in rank order:
+    "jemalloc (/usr/lib/x86_64-linux-gnu/libjemalloc.so.2)", "glibc" (told to keep its memory),
+    "system"; None for records made before ranks recorded theirs."""
+    found = [r["allocator"] for r in env.get("ranks") or [] if r.get("allocator")]
+    names = [f"{a['name']} ({a['library']})" if a.get("library") else a["name"] for a in found]
+    return "; ".join(dict.fromkeys(names)) or None
 
 
 def other_load(epochs: list[dict[str, Any]]) -> float | None:
@@ -171,6 +181,7 @@ def cell_row(
         "scheduler": (env.get("job") or {}).get("scheduler"),
         "job_id": (env.get("job") or {}).get("job_id"),
         "rank_nodes": rank_nodes(env),
+        "allocator": rank_allocators(env),
         **{k: (rec.get("probe") or {}).get(k) for k in PROBE_COLUMNS},
     }
 

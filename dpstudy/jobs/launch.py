@@ -10,6 +10,8 @@ The train rule execs this (G and C per node). It
 - gives the cell the GPUs its job reserved: those a scheduler put in CUDA_VISIBLE_DEVICES, else
   free slots of this machine's pool; a job that reserved none sees no GPU (the policy is
   dpstudy.jobs.gpus.job_environment's);
+- gives every process of the cell the study's memory allocator (dpstudy.util.allocator: a
+  preloaded jemalloc or tcmalloc, or glibc told to keep its memory), found on this node;
 - dies with its parent and takes its child along (dpstudy.util.lifeline). On SIGTERM, SIGINT or
   SIGHUP (a cancelled job, a time limit, Ctrl-C) it stops the child and leaves no record: the
   cell is not finished and the next run reruns it;
@@ -43,7 +45,9 @@ from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
 from dpstudy.study.spec import gap_before_start, one_process_per_device
+from dpstudy.util import allocator
 from dpstudy.util.atomic import write_json
+from dpstudy.util.errors import ConfigError
 from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
 from dpstudy.util.ports import free_port
 
@@ -150,10 +154,17 @@ class Launcher:
         if too_big:  # predicted not to fit the study's memory_budget_gib
             self.write_record("skipped", too_big)
             return 0
+        try:  # on this node: a cluster's may differ from the host that planned the study
+            memory = allocator.resolve(self.args.allocator)
+        except ConfigError as error:
+            self.write_record("failed", str(error))
+            return 0
         job = slurm.job_id()
         allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
         argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
         with gpu_pool.job_environment(self.args.gpus, say=self.say) as env:
+            env = memory.environment(env)  # every rank: torchrun and srun pass it on
+            self.say(f"allocator: {memory.describe()}")
             write_json(
                 self.out / ATTEMPT_FILE,
                 {
@@ -265,6 +276,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cores", type=int, required=True, help="CPU cores of the cell per node")
     parser.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt number (retries)")
     parser.add_argument("--memory-plan", help="the memory plan CSV (dpstudy.jobs.memory_plan)")
+    parser.add_argument(
+        "--allocator", choices=allocator.CHOICES, default="auto", help="the study's allocator (dpstudy.util.allocator)"
+    )
     return parser.parse_args(argv)
 
 

@@ -1,8 +1,8 @@
 """A study config -> what the workflow plans from it, before any job: the validated study, its
 cells, the user's own datasets with the fingerprint of what preparing each reads, the check of the
-user's models and data (dpstudy.jobs.usercheck), whether jobs reserve GPUs, and the extension
-build's arguments. rules/common.smk calls `plan` once and turns its ConfigError into Snakemake's
-"invalid study config"; the tests call it in process where Snakemake itself is not under test.
+user's models and data (dpstudy.jobs.usercheck), whether jobs reserve GPUs, the extension build's
+arguments and the memory allocator. rules/common.smk calls `plan` once and turns its ConfigError
+into Snakemake's "invalid study config"; the tests call it in process where Snakemake itself is not under test.
 No torch and no pandas: the workflow plans in Snakemake's own process."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dpstudy.study import outputs
 from dpstudy.study import sweeps as studies
 from dpstudy.study.resources import requests_gpus
 from dpstudy.study.sweeps import Cell
+from dpstudy.util import allocator
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Plan:
     fingerprints: dict[str, str]  # ... and what preparing each reads (new images: prepared anew)
     gpu_jobs: bool  # whether jobs reserve GPUs (config request_gpus; device auto on a CPU host: no)
     ext_build_args: list[str]  # scripts/build_ext.py's: the planned CUDA architectures, --require-cuda
+    allocator: allocator.Setup  # what config allocator means on the planning host
 
 
 def plan(
@@ -42,6 +44,7 @@ def plan(
     where the verdict of the user-code check is remembered (None: no check); `visible_gpus` and
     `capabilities`: this host's, asked of NVML unless given."""
     study = studies.load(config, config_files)
+    memory_allocator = allocator.resolve(study["allocator"])  # a library this host lacks: an error now
     cells = studies.expand(study)
     datasets = user_data.in_study(study, cells)
     fingerprints = {name: user_data.fingerprint(dataset) for name, dataset in datasets.items()}
@@ -56,4 +59,5 @@ def plan(
         fingerprints,
         gpu_jobs,
         ext_arch.build_args(study["ext"]["cuda_arch"], gpu_jobs, visible),
+        memory_allocator,
     )

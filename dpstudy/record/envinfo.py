@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from dpstudy.record.provenance import code_version
-from dpstudy.util import nvml
+from dpstudy.util import allocator, nvml
 
 
 @cache
@@ -86,13 +86,15 @@ def torch_origin() -> dict:
 
 
 def rank_host(rank: int, local_rank: int) -> dict:
-    """Where one rank runs: SLURM's node name when a SLURM step started it, else the hostname."""
+    """Where one rank runs (SLURM's node name when a SLURM step started it, else the hostname) and
+    the memory allocator mapped into it."""
     hostname = socket.gethostname()
     return {
         "rank": rank,
         "local_rank": local_rank,
         "hostname": hostname,
         "node": os.environ.get("SLURMD_NODENAME", hostname),
+        "allocator": allocator.in_this_process(),
     }
 
 

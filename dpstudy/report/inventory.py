@@ -40,10 +40,23 @@ def environment(cells: pd.DataFrame, study: str) -> str:
             f"GPUs: {gpu_summary(cells['gpu_names'])}",
             f"- **Ran on** {values(cells['env_device'])}; world sizes {values(cells['world_size'])}; "
             f"threads per process {values(cells['threads_per_process'])}",
+            f"- **Allocator** {allocators(cells)}",
             f"- **Training code** git {values(cells['git_commit'])}, source hash {values(cells['source_hash'])}",
             f"- **Jobs** {jobs(cells)}",
         ]
     )
+
+
+def allocators(cells: pd.DataFrame) -> str:
+    """The memory allocator the cells' ranks ran with, or, when they differ, each with its cells:
+    throughput under one allocator does not compare with throughput under another."""
+    if "allocator" not in cells or cells["allocator"].dropna().empty:
+        return "not recorded"
+    ran = cells.dropna(subset=["allocator"])
+    if ran["allocator"].nunique() == 1:
+        return f"{text(ran['allocator'].iloc[0])} in every cell that ran"
+    counts = ", ".join(f"{text(a)}: {plural(n, 'cell')}" for a, n in ran["allocator"].value_counts().items())
+    return f"**mixed**, so their throughputs do not compare: {counts}"
 
 
 def torch_origin(cells: pd.DataFrame) -> str:

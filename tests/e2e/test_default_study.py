@@ -19,6 +19,7 @@ from helpers.browser import open_offline
 from dpstudy.microbench import comm, kernels
 from dpstudy.record import provenance
 from dpstudy.study import outputs
+from dpstudy.util import allocator
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +47,8 @@ def test_every_cell_ran_or_was_skipped_with_its_reason_and_the_modes_agree(defau
     skipped = cells[cells["status"] == "skipped"]
     assert set(skipped["mode"]) == {"dp", "ddp"} and set(skipped[skipped["mode"] == "ddp"]["backend"]) == {"nccl"}
     assert set(cells["status"]) == {"ok", "skipped"}
+    chosen = allocator.resolve("auto")  # every rank of every cell: jemalloc where make test installed it
+    assert set(ran["allocator"]) == {f"{chosen.name} ({chosen.library})" if chosen.library else chosen.name}
     settings = pd.read_csv(workdir / "results/tables/settings.csv")
     spread = settings.groupby("batch")["final_test_acc"].agg(lambda a: a.max() - a.min())
     assert (spread < 0.01).all(), f"accuracy differs across modes by {spread.to_dict()}"
@@ -78,6 +81,7 @@ def test_the_report_answers_from_the_data_and_renders_offline_with_every_figure(
     assert "quickstart" in html and "data:image/png;base64" in html
     assert "DDP (gloo) on 2 devices at batch 64: " in html and "Largest loss: <strong>" in html
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
+    assert "<strong>Allocator</strong> " in html and " in every cell that ran" in html
     page = open_offline(workdir / "results/report/report.html")
     figures = sorted(p.name for p in (workdir / "results/figures").glob("*.png"))
     # every figure of outputs.FIGURES and the two microbenchmarks', each shown in the report

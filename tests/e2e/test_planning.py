@@ -19,6 +19,7 @@ from snakemake.utils import update_config
 
 from dpstudy.jobs.gpus import visible_gpu_count
 from dpstudy.jobs.planning import plan
+from dpstudy.util import allocator
 from dpstudy.util.errors import ConfigError
 
 STUDIES = ["config.yaml", *sorted(f"studies/{p.name}" for p in (REPO / "config/studies").glob("*.yaml"))]
@@ -111,6 +112,7 @@ BAD_CONFIGS = [
     ),
     (lambda c: c["sweeps"][0]["grid"].update(colour=[1]), "sweep 'alpha': unknown grid key 'colour'"),
     (lambda c: c["sweeps"][1].update(name="alpha"), "sweep name 'alpha' is used more than once"),
+    (lambda c: c.update(allocator="mimalloc"), "allocator: 'mimalloc' is not one of"),
 ]
 
 
@@ -119,6 +121,20 @@ def test_bad_configs_are_refused_naming_the_key(change, message):
     with pytest.raises(ConfigError) as refused:
         plan(bad(change), user_check=None, visible_gpus=0, capabilities=[])
     assert message in str(refused.value)
+
+
+def test_an_allocator_this_host_lacks_is_refused_before_any_job(monkeypatch):
+    monkeypatch.setattr(allocator, "find_library", lambda name: None)  # a host without jemalloc or tcmalloc
+    for name, package in (("jemalloc", "libjemalloc2"), ("tcmalloc", "libtcmalloc-minimal4")):
+        with pytest.raises(ConfigError) as refused:
+            plan({**SMALL, "allocator": name}, user_check=None, visible_gpus=0, capabilities=[])
+        message = str(refused.value)
+        assert f"allocator: '{name}': no lib{name}" in message and f"apt-get install {package}" in message
+        assert "choose auto, glibc or system" in message
+    # auto, glibc and system need no library
+    assert plan({**SMALL, "allocator": "auto"}, user_check=None, visible_gpus=0, capabilities=[]).allocator == (
+        allocator.Setup("glibc", variables=allocator.GLIBC_KEEP)
+    )
 
 
 @pytest.mark.slow

@@ -25,3 +25,17 @@ def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = No
     )
     proc.seconds = time.time() - started
     return proc
+
+
+def launch(spec: dict, out: Path, allocator: str = "auto", timeout=300):
+    """The cell as the workflow's train job runs it: dpstudy.jobs.launch (which starts python or
+    torchrun, with the study's allocator) on no GPU and 2 cores; the record is out/record.json."""
+    from dpstudy.study.cells import base_id
+    from dpstudy.study.spec import complete
+
+    spec = complete(spec)
+    cmd = [sys.executable, "-m", "dpstudy.jobs.launch", "--spec", json.dumps(spec), "--cell", base_id(spec)]
+    cmd += ["--out", str(out), "--log", str(out / "train.log"), "--gpus", "0", "--cores", "2", "--allocator", allocator]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    proc.log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
+    return proc

@@ -8,11 +8,13 @@ import time
 
 import pytest
 from helpers import REPO
-from helpers.engine import TORCHRUN, train
+from helpers.engine import TORCHRUN, launch, train
 
 from dpstudy import models
+from dpstudy.analysis.tables import rank_allocators
 from dpstudy.data import store as data
 from dpstudy.record import fields as record
+from dpstudy.util import allocator
 
 
 @pytest.fixture(scope="module")
@@ -91,20 +93,43 @@ PARITY = {"epochs": 5, "lr": 0.02}
 @pytest.fixture(scope="module")
 def parity_runs(data_root, tmp_path_factory):
     """{mode: record} of the same cell on one device and on two ranks with DDP and FSDP (full, and
-    grad_op for one epoch), all at global batch 64 over Gloo."""
+    grad_op for one epoch), all at global batch 64 over Gloo. DDP and FSDP run as the workflow's
+    jobs do, through the launcher: DDP with the allocator auto picks, FSDP with tuned glibc."""
     out = tmp_path_factory.mktemp("parity")
     runs = {
         "single": ({}, None),
-        "ddp": ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, 2),
-        "fsdp": ({"mode": "fsdp", "gpus": 2, "backend": "gloo"}, 2),
+        "ddp": ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, "auto"),
+        "fsdp": ({"mode": "fsdp", "gpus": 2, "backend": "gloo"}, "glibc"),
         "fsdp_grad_op": ({"mode": "fsdp", "gpus": 2, "backend": "gloo", "shard": "grad_op", "epochs": 1}, 2),
     }
     records = {}
-    for name, (settings, nproc) in runs.items():
-        proc = train(spec_for(data_root, **{**PARITY, **settings}), out / name, nproc=nproc)
-        assert proc.returncode == 0, proc.stderr
+    for name, (settings, how) in runs.items():
+        spec = spec_for(data_root, **{**PARITY, **settings})
+        if isinstance(how, str):
+            proc = launch(spec, out / name, allocator=how)
+            assert proc.returncode == 0 and f"allocator: {allocator.resolve(how).describe()}" in proc.log, proc.log
+        else:
+            proc = train(spec, out / name, nproc=how)
+            assert proc.returncode == 0, proc.stderr
         records[name] = record.read(out / name / "record.json")
     return records
+
+
+@pytest.mark.slow
+def test_the_launcher_gives_every_rank_the_studys_allocator(parity_runs):
+    chosen = allocator.resolve("auto")  # jemalloc where libjemalloc2 is installed (make test installs it)
+    ddp, fsdp = parity_runs["ddp"]["env"]["ranks"], parity_runs["fsdp"]["env"]["ranks"]
+    assert len(ddp) == len(fsdp) == 2
+    for rank in ddp:
+        assert rank["allocator"]["name"] == chosen.name and rank["allocator"]["library"] == chosen.library
+        assert {**rank["allocator"]["variables"], **chosen.variables} == rank["allocator"]["variables"]
+    for rank in fsdp:
+        assert rank["allocator"] == {"name": "glibc", "library": None, "variables": allocator.GLIBC_KEEP}
+    # and the cells table says so, per cell
+    assert rank_allocators(parity_runs["ddp"]["env"]) == (
+        f"{chosen.name} ({chosen.library})" if chosen.library else "glibc"
+    )
+    assert rank_allocators(parity_runs["fsdp"]["env"]) == "glibc"
 
 
 @pytest.mark.slow

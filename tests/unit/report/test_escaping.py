@@ -201,6 +201,7 @@ def poisoned(tmp_path) -> pd.DataFrame:
         "job_id": "7 <b>bold</b>",
         "rank_nodes": f"n1; {IMG}",
         "python": "3.11 ~~x~~",
+        "allocator": f"jemalloc (/lib/{IMG})",
     }
     cells = cells.assign(**fields, cell=cells["cell"] + " `x` | " + SCRIPT)
     return cells.assign(reason=cells["reason"].where(cells["reason"].isna(), IMG + " $x$ | *y*"))
@@ -227,6 +228,7 @@ def test_environment_shows_the_records_strings_as_text(poisoned):
         f"2 x GPU {SCRIPT}",
         "7 <b>bold</b>",
         "3.11 ~~x~~",
+        f"jemalloc (/lib/{IMG})",
     )
 
 

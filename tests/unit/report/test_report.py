@@ -87,6 +87,22 @@ def test_environment_names_versions_and_hardware(tmp_path):
     assert "PyTorch** 2.14.1 (dpstudy's venv), CUDA none" in only_venv
 
 
+def test_the_header_names_the_allocator_and_says_when_cells_ran_with_different_ones(tmp_path):
+    cells = tables_of(tmp_path, small_grid())["cells"]
+    assert "- **Allocator** not recorded" in inventory.environment(cells, STUDY)  # records before it
+    jemalloc = "jemalloc (/usr/lib/x86_64-linux-gnu/libjemalloc.so.2)"
+    ran = cells["status"] == "ok"
+    same = cells.assign(allocator=cells["allocator"].where(~ran, jemalloc))
+    assert f"- **Allocator** {jemalloc} in every cell that ran\n" in inventory.environment(same, STUDY)
+    mixed = same.assign(allocator=same["allocator"].where(same.index != same.index[ran][0], "glibc"))
+    counts = mixed["allocator"].value_counts()
+    assert counts[jemalloc] > 1 and counts["glibc"] == 1
+    assert (
+        f"- **Allocator** **mixed**, so their throughputs do not compare: {jemalloc}: {counts[jemalloc]} cells, "
+        "glibc: 1 cell\n"
+    ) in inventory.environment(mixed, STUDY)
+
+
 def test_one_run_gives_numbers_and_no_claim(grid):
     text = findings.speedup(grid)
     assert (
