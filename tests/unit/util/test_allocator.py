@@ -26,9 +26,11 @@ def test_the_schema_offers_the_modules_choices():
 def test_auto_takes_the_best_library_present_else_tuned_glibc(monkeypatch):
     libraries = {"jemalloc": None, "tcmalloc": "/usr/lib/libtcmalloc_minimal.so.4"}
     monkeypatch.setattr(allocator, "find_library", libraries.get)
-    assert allocator.resolve("auto") == allocator.Setup("tcmalloc", "/usr/lib/libtcmalloc_minimal.so.4")
+    keep_tc, keep_je = {"TCMALLOC_RELEASE_RATE": "0"}, {"MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
+    assert allocator.resolve("auto") == allocator.Setup("tcmalloc", "/usr/lib/libtcmalloc_minimal.so.4", keep_tc)
     libraries["jemalloc"] = "/usr/lib/libjemalloc.so.2"
-    assert allocator.resolve("auto") == allocator.Setup("jemalloc", "/usr/lib/libjemalloc.so.2")
+    assert allocator.resolve("auto") == allocator.Setup("jemalloc", "/usr/lib/libjemalloc.so.2", keep_je)
+    assert allocator.resolve("jemalloc") == allocator.resolve("auto")
     monkeypatch.setattr(allocator, "find_library", lambda name: None)
     assert allocator.resolve("auto") == allocator.Setup("glibc", variables=allocator.GLIBC_KEEP)
     assert allocator.resolve("system") == allocator.Setup("system")
@@ -39,9 +41,15 @@ def test_auto_takes_the_best_library_present_else_tuned_glibc(monkeypatch):
 
 
 def test_the_environment_preloads_the_library_first_and_keeps_what_was_preloaded():
-    setup = allocator.Setup("jemalloc", "/lib/libjemalloc.so.2")
+    setup = allocator.Setup("jemalloc", "/lib/libjemalloc.so.2", {"MALLOC_CONF": "dirty_decay_ms:-1"})
     env = setup.environment({"PATH": "/bin", "LD_PRELOAD": "/lib/libother.so"})
-    assert env == {"PATH": "/bin", "LD_PRELOAD": "/lib/libjemalloc.so.2 /lib/libother.so"}
+    assert env == {
+        "PATH": "/bin",
+        "LD_PRELOAD": "/lib/libjemalloc.so.2 /lib/libother.so",
+        "MALLOC_CONF": "dirty_decay_ms:-1",
+    }
+    # options of the user's own come after ours: jemalloc takes the last of a repeated option
+    assert setup.environment({"MALLOC_CONF": "narenas:2"})["MALLOC_CONF"] == "dirty_decay_ms:-1,narenas:2"
     glibc = allocator.Setup("glibc", variables=allocator.GLIBC_KEEP).environment({"PATH": "/bin"})
     assert glibc == {"PATH": "/bin", **allocator.GLIBC_KEEP} and int(glibc["MALLOC_TOP_PAD_"]) == 1 << 30
     assert allocator.Setup("system").environment({"PATH": "/bin"}) == {"PATH": "/bin"}
@@ -49,7 +57,8 @@ def test_the_environment_preloads_the_library_first_and_keeps_what_was_preloaded
 
 def read_back(choice: str) -> dict:
     """What a fresh process given `choice`'s environment says about its own allocator."""
-    env = allocator.resolve(choice).environment({k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    env = {k: v for k, v in os.environ.items() if k not in allocator.VARIABLES}
+    env = allocator.resolve(choice).environment(env)
     code = "import json; from dpstudy.util import allocator; print(json.dumps(allocator.in_this_process()))"
     return json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
 
@@ -62,5 +71,6 @@ def test_a_process_reads_back_the_allocator_it_was_given():
 @pytest.mark.skipif(JEMALLOC is None, reason="needs libjemalloc2 (make system-packages installs it)")
 def test_a_preloaded_jemalloc_is_found_mapped_into_the_process():
     found = read_back("jemalloc")
-    assert found == {"name": "jemalloc", "library": JEMALLOC, "variables": {"LD_PRELOAD": JEMALLOC}}
+    keep = allocator.LIBRARY_KEEP["jemalloc"]
+    assert found == {"name": "jemalloc", "library": JEMALLOC, "variables": {**keep, "LD_PRELOAD": JEMALLOC}}
     assert read_back("auto")["name"] == "jemalloc"
