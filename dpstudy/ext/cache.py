@@ -27,7 +27,7 @@ from typing import Any
 from dpstudy.util.atomic import write_json
 
 ENV = "DPSTUDY_EXT_CACHE"
-SO_NAME = "dpstudy_ext.so"
+LIBRARY = "library.so"  # an entry's copy of the library, whatever the build calls it
 
 
 def folder() -> Path | None:
@@ -71,21 +71,21 @@ def lookup(path: Path, inputs: dict[str, Any]) -> dict[str, Any] | None:
         info = json.loads((path / "build.json").read_text())
     except (OSError, ValueError):
         return None
-    if info.get("inputs") != inputs or not (path / SO_NAME).exists():
+    if info.get("inputs") != inputs or not (path / LIBRARY).exists():
         return None
     return info
 
 
 def store(path: Path, so: Path, info: dict[str, Any], inputs: dict[str, Any]) -> None:
     """Copy the library in, then build.json: an entry without build.json is never used."""
-    tmp = path / f".{SO_NAME}.{os.getpid()}.tmp"
+    tmp = path / f".{LIBRARY}.{os.getpid()}.tmp"
     shutil.copy2(so, tmp)
-    os.replace(tmp, path / SO_NAME)
+    os.replace(tmp, path / LIBRARY)
     write_json(path / "build.json", {**info, "inputs": inputs})
 
 
 def copy_out(path: Path, dest: Path) -> None:
     """The entry's library to `dest`, replaced by a rename (processes that mapped the old file keep it)."""
     tmp = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
-    shutil.copy2(path / SO_NAME, tmp)
+    shutil.copy2(path / LIBRARY, tmp)
     os.replace(tmp, dest)

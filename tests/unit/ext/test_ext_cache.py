@@ -75,7 +75,7 @@ def test_force_other_inputs_and_the_cache_off_compile(compiles, tmp_path, monkey
 def test_an_entry_without_its_library_or_of_other_inputs_is_not_used(compiles, tmp_path):
     builder.build(tmp_path / "a", cpu_only=True)
     (entry,) = [p for p in (tmp_path / "cache").iterdir()]
-    (entry / builder.SO_NAME).unlink()  # a library someone deleted
+    (entry / cache.LIBRARY).unlink()  # a library someone deleted
     builder.build(tmp_path / "b", cpu_only=True)
     assert compiles == [tmp_path / "a", tmp_path / "b"]
     stored = json.loads((entry / "build.json").read_text())

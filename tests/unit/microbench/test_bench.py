@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.bench import assert_kernel_rows
 
 import dpstudy.ext
 from dpstudy.analysis import scaling
@@ -51,12 +52,7 @@ def test_kernel_bench_quick_times_every_case_in_process(ext_test_dir):
     # The CLI (scripts/kernel_bench.py, its CSV and figure) runs in the default study:
     # tests/e2e/test_default_study.py asserts its rows. Here the --quick cases, in process.
     df = kernels.run(dpstudy.ext.load(ext_test_dir), quick=True)
-    ran = df[df.reason.isna()]
-    assert set(ran.op) == {"rgb_to_grayscale", "max_pool2d_backward", "conv2d_forward", "conv2d_backward"}
-    assert (ran.median_s > 0).all() and (ran.threads >= 1).all()
-    loops = ran[ran.impl == "python_loop"]
-    assert len(loops) == 3 and loops.extrapolated.all() and loops.note.str.contains("scaled").all()
-    assert (loops.speedup_vs_loop == 1).all()
+    assert_kernel_rows(df)
     full = {(c.op, c.shape, c.impl) for c in kernels.all_cases(dpstudy.ext.load(ext_test_dir), quick=False)}
     assert set(zip(df.op, df["shape"], df.impl)) == full  # quick times the same cases, briefly
 
