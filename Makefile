@@ -8,11 +8,14 @@ GPUS ?= 2
 #   TORCH=system   use the PyTorch that $(PYTHON) imports (a cluster module, a container's) instead of
 #                  the lock's; the venv remembers it, so a later `make run` keeps it
 #   WHEELS=DIR     install from a folder of wheels alone, with no network (make wheelhouse fills one)
+#   INSTALLER=pip  pip installs everything (default: uv online from the lock, from its cache
+#                  ~/.cache/uv; pip offline and for TORCH=system)
 #   EXTRAS=test    dpstudy's extras (default test,browser,timm; browser is playwright, 50 MB; timm for
 #                  timm:<name> models)
 # The venv remembers TORCH and EXTRAS: a later `make run` or `make test` keeps them.
 TORCH ?=
 WHEELS ?=
+INSTALLER ?=
 EXTRAS ?=
 # make test's and make test-fast's: pytest-xdist workers (0: none)
 TEST_WORKERS ?= 2
@@ -35,7 +38,8 @@ SYSTEM_PACKAGES := $(RUN_PACKAGES) slurmctld slurmd slurm-client munge chromium
 # Quick and silent when .venv is up to date; (re)installs when pyproject.toml or the lock changed.
 setup:
 	@$(PYTHON) scripts/setup_venv.py setup --venv $(VENV) $(if $(EXTRAS),--extras $(EXTRAS)) \
-		$(if $(TORCH),--torch $(TORCH)) $(if $(WHEELS),--wheels $(WHEELS))
+		$(if $(TORCH),--torch $(TORCH)) $(if $(WHEELS),--wheels $(WHEELS)) \
+		$(if $(INSTALLER),--installer $(INSTALLER))
 
 wheelhouse:
 	$(PYTHON) scripts/setup_venv.py wheelhouse --dest $(or $(WHEELS),wheelhouse) \

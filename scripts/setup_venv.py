@@ -1,6 +1,7 @@
 """Set up dpstudy's virtual environment, with the lock's PyTorch or the host's, online or offline.
 
     python3 scripts/setup_venv.py setup [--venv .venv] [--torch lock|system] [--wheels DIR] [--extras test,browser,timm]
+                                        [--installer auto|pip]
     python3 scripts/setup_venv.py wheelhouse --dest DIR [--python-version 3.12] [--with-torch]
 
 `make setup`, `make wheelhouse` and `make run`/`make test` call it; the Makefile's variables TORCH,
@@ -14,6 +15,9 @@ WHEELS, EXTRAS and PYTHON become its options.
   pyproject.toml declares and torchvision must be its own build, else setup refuses with the
   reason. The host's other packages stay where they satisfy dpstudy's requirements; the lock
   supplies the rest.
+- `--installer pip`: pip installs everything; by default (auto) uv installs online from the lock
+  (seconds from its cache instead of a minute and more), pip offline and on a host's torch
+  (dpstudy_setup.installer says why).
 - `--wheels DIR`: install from DIR alone (`pip --no-index`, no configured index or find-links):
   no network is needed. `wheelhouse` fills such a folder on a connected machine, for this Python
   or another (`--python-version 3.12` downloads that version's wheels).
@@ -35,6 +39,7 @@ import sys
 from pathlib import Path
 
 from dpstudy_setup import REPO, SetupError
+from dpstudy_setup.installer import INSTALLERS
 from dpstudy_setup.venv import DEFAULT_EXTRAS, setup
 from dpstudy_setup.wheelhouse import wheelhouse
 
@@ -52,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         default=sys.executable,
         help="the Python the venv is made from (and, under --torch system, whose torch it uses)",
     )
+    make.add_argument(
+        "--installer",
+        choices=INSTALLERS,
+        default="auto",
+        help="auto (default): uv online from the lock, pip offline and for the host's torch; pip: pip always",
+    )
     house = commands.add_parser("wheelhouse", help="download every non-torch dependency as wheels")
     house.add_argument("--dest", type=Path, required=True)
     house.add_argument("--python-version", help="the target Python, e.g. 3.12 (default: this one)")
@@ -65,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.wheels.absolute() if args.wheels else None,
                 args.extras,
                 args.python,
+                args.installer,
             )
         else:
             wheelhouse(args.dest.absolute(), args.python_version, args.with_torch)

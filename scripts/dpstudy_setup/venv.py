@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -19,20 +18,15 @@ from pathlib import Path
 
 from dpstudy_setup import LOCK, PYPROJECT, REPO, TORCH_LOCK, SetupError, say
 from dpstudy_setup.hosttorch import check_host_torch, describe_torch, probe
+from dpstudy_setup.installer import INSTALLERS, install, venv_python
 from dpstudy_setup.versions import canonicalize_name, read_pins
 
 STATE_FILE = "dpstudy-setup.json"
 HOST_PTH = "dpstudy-host-torch.pth"
 MODES = ("lock", "system")
 DEFAULT_EXTRAS = "test,browser,timm"
-# pip settings that would let an offline install reach an index or another folder of wheels.
-PIP_SOURCES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
 # The code that sets a venv up: a change of it sets the venv up again.
 SETUP_CODE = (REPO / "scripts" / "setup_venv.py", *sorted(Path(__file__).parent.glob("*.py")))
-
-
-def venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
 
 
 def site_packages(venv: Path) -> Path:
@@ -92,24 +86,6 @@ def constraints(mode: str, host_packages: dict[str, str], tmp: Path) -> list[str
     return ["-c", str(path)]
 
 
-def pip_environment(wheels: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if wheels:
-        # The folder alone: no index and no find-links from pip's configuration files or environment.
-        env = {k: v for k, v in env.items() if k not in PIP_SOURCES}
-        env["PIP_CONFIG_FILE"] = os.devnull
-    return env
-
-
-def pip(venv: Path, args: list[str], wheels: Path | None) -> None:
-    sources = ["--no-index", "--find-links", str(wheels)] if wheels else []
-    cmd = [str(venv_python(venv)), "-m", "pip", *args[:1], "--quiet", *sources, *args[1:]]
-    proc = subprocess.run(cmd, env=pip_environment(wheels), cwd=REPO)
-    if proc.returncode != 0:
-        hint = f" (offline, from {wheels}: is every wheel there? `make wheelhouse` writes them)" if wheels else ""
-        raise SetupError(f"pip install failed{hint}; its messages are above")
-
-
 def inputs_digest(mode: str, extras: str) -> str:
     digest = hashlib.sha256(f"{mode}\0{extras}\0".encode())
     for path in (PYPROJECT, LOCK, TORCH_LOCK, *SETUP_CODE):
@@ -124,7 +100,9 @@ def read_state(venv: Path) -> dict:
         return {}
 
 
-def setup(venv: Path, mode: str | None, wheels: Path | None, extras: str | None, python: str) -> dict:
+def setup(
+    venv: Path, mode: str | None, wheels: Path | None, extras: str | None, python: str, installer: str = "auto"
+) -> dict:
     """Make `venv` up to date for `mode` (lock or system; None: as it was made) and `extras`, from
     `wheels` alone when given, with `python`; returns its state (what STATE_FILE holds)."""
     state = read_state(venv)
@@ -132,6 +110,8 @@ def setup(venv: Path, mode: str | None, wheels: Path | None, extras: str | None,
     extras = extras or state.get("extras") or DEFAULT_EXTRAS
     if mode not in MODES:
         raise SetupError(f"TORCH={mode!r}: use TORCH=system (the host's PyTorch) or leave it unset (the lock's)")
+    if installer not in INSTALLERS:
+        raise SetupError(f"INSTALLER={installer!r}: use INSTALLER=pip, or leave it unset (uv where it can)")
     if wheels is not None and not wheels.is_dir():
         raise SetupError(f"WHEELS={wheels}: no such folder (make wheelhouse WHEELS={wheels} writes one)")
     digest = inputs_digest(mode, extras)
@@ -147,11 +127,10 @@ def setup(venv: Path, mode: str | None, wheels: Path | None, extras: str | None,
         found = expose_host_torch(venv, host)
         check_host_torch(found)
         say(f"using the host's {describe_torch(found)}")
-    if not wheels:
-        pip(venv, ["install", "--upgrade", "pip"], None)
     with tempfile.TemporaryDirectory() as tmp:
         host_packages = found.get("distributions", {})
-        pip(venv, ["install", *constraints(mode, host_packages, Path(tmp)), "-e", f"{REPO}[{extras}]"], wheels)
+        requirements = [*constraints(mode, host_packages, Path(tmp)), "-e", f"{REPO}[{extras}]"]
+        install(venv, ["install", *requirements], wheels, mode, installer)
     subprocess.run(
         [
             str(venv_python(venv)),

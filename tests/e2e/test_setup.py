@@ -33,7 +33,7 @@ lock_requirements = script("lock_requirements")
 # scripts/setup_venv.py's package, importable as `python3 scripts/setup_venv.py` imports it (appended:
 # it shadows nothing).
 sys.path.append(str(REPO / "scripts"))
-from dpstudy_setup import LOCK, TORCH_LOCK, hosttorch, versions  # noqa: E402
+from dpstudy_setup import LOCK, TORCH_LOCK, SetupError, hosttorch, installer, versions  # noqa: E402
 from dpstudy_setup.venv import STATE_FILE  # noqa: E402
 
 RANGES = versions.declared_ranges()
@@ -188,6 +188,7 @@ def test_a_wrong_mode_or_a_missing_wheel_folder_is_an_error(tmp_path):
     for args, message in (
         (["--torch", "conda"], "TORCH='conda': use TORCH=system"),
         (["--wheels", str(tmp_path / "none")], f"WHEELS={tmp_path / 'none'}: no such folder"),
+        (["--installer", "conda"], "argument --installer: invalid choice: 'conda'"),
     ):
         proc = subprocess.run(
             [sys.executable, str(REPO / "scripts/setup_venv.py"), "setup", "--venv", str(tmp_path / "v"), *args],
@@ -196,6 +197,27 @@ def test_a_wrong_mode_or_a_missing_wheel_folder_is_an_error(tmp_path):
         )
         assert proc.returncode == 2 and message in proc.stderr
         assert not (tmp_path / "v").exists()
+
+
+def test_where_uv_cannot_install_pip_tries_and_its_failure_is_the_error(tmp_path, capfd):
+    # A venv without pip: pip cannot install uv there, nor anything else.
+    venv = tmp_path / "v"
+    subprocess.run([str(BASE_PYTHON), "-m", "venv", "--without-pip", str(venv)], check=True)
+    with pytest.raises(SetupError, match="pip install failed; its messages are above"):
+        installer.install(venv, ["install", "dpstudy-no-such-package"], None, "lock")
+    out, err = capfd.readouterr()
+    assert "uv could not install them (its messages are above); installing with pip instead" in out + err
+    assert "No module named pip" in err
+
+
+def test_uv_is_given_the_index_pip_is_given_in_the_environment(monkeypatch):
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror.example/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://extra.example/simple")
+    monkeypatch.delenv("UV_DEFAULT_INDEX", raising=False)
+    monkeypatch.setenv("UV_INDEX", "https://mine.example/simple")  # the user's own uv setting stays
+    env = installer.uv_environment()
+    assert env["UV_DEFAULT_INDEX"] == "https://mirror.example/simple"
+    assert env["UV_INDEX"] == "https://mine.example/simple"
 
 
 # ---- the lock -----------------------------------------------------------------------------------
