@@ -44,6 +44,11 @@ CELLS = {cell.id: cell for cell in _kept}
 # Repeats interleaved across settings (dpstudy.study.sweeps.run_priorities).
 PRIORITIES = studies.run_priorities(CELLS.values())
 RECORDS = [outputs.record_path(cell) for cell in CELLS]
+# The machine's floor: one run per repeat round (none with fewer than two rounds).
+FLOOR_ROUNDS = (
+    studies.floor_rounds(CELLS.values(), PRIORITIES) if STUDY["bench"]["floor"] else {}
+)
+FLOOR_FILES = [outputs.floor_path(repeat) for repeat in FLOOR_ROUNDS]
 DATA_ROOT = STUDY["data_root"]
 # Datasets by the folder they are prepared into (a user's function: its token).
 DATASETS_BY_FOLDER = {
@@ -72,7 +77,8 @@ wildcard_constraints:
 
 
 def cell_of(wildcards):
-    return CELLS[wildcards.cell]
+    """The cell of a train job's wildcards (or the cell itself: like_floor_cell passes one)."""
+    return wildcards if isinstance(wildcards, studies.Cell) else CELLS[wildcards.cell]
 
 
 def cell_spec(wildcards):
@@ -110,6 +116,24 @@ def cell_resources(wildcards):
 def cell_resource(name):
     """The train rule's resource `name` of a cell (dpstudy.study.resources computes them all)."""
     return lambda wildcards: cell_resources(wildcards)[name]
+
+
+def floor_cell():
+    """The cell whose machine the floor takes: the first that trains on one device of one node
+    (its threads, GPU and cluster resources); None where no cell trains (the floor measures then
+    what a one-device cell of the first setting would get)."""
+    trained = [
+        cell
+        for cell in CELLS.values()
+        if not gap_before_start(cell.spec, cell_resources(cell)["node_gpus"])
+    ]
+    one_device = [c for c in trained if c.gpus == 1 and c.spec["nodes"] == 1]
+    return (one_device or trained or list(CELLS.values()))[0]
+
+
+def like_floor_cell(function):
+    """A train rule's function of wildcards, for the floor job: the floor cell's value."""
+    return lambda wildcards: function(floor_cell())
 
 
 def cell_threads(wildcards):

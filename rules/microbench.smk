@@ -37,3 +37,34 @@ rule comm_bench:
     shell:
         "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
         " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q} > {log:q} 2>&1"
+
+
+# The machine's floor (dpstudy.microbench.floor): a reference workload once per repeat round, at
+# the priority of its round's last cells, taking the machine as a one-device cell takes it.
+rule floor:
+    input:
+        code=code_files("dpstudy.microbench.floor"),
+    output:
+        outputs.floor_path("{repeat}"),
+    log:
+        f"{outputs.LOGS_DIR}/floor_r{{repeat}}.log",
+    wildcard_constraints:
+        repeat="[0-9]+",
+    priority: lambda wildcards: FLOOR_ROUNDS[int(wildcards.repeat)]
+    conda:
+        "../envs/train.yaml"
+    threads: like_floor_cell(cell_threads)
+    resources:
+        gpu=like_floor_cell(cell_resource("gpu")),
+        gres=like_floor_cell(cell_resource("gres")),
+        cpus_per_task=like_floor_cell(cell_resource("cpus_per_task")),
+        cpus_per_gpu=like_floor_cell(cell_resource("cpus_per_gpu")),
+        mem_mb=like_floor_cell(cell_resource("mem_mb")),
+        runtime=like_floor_cell(cell_resource("runtime")),
+    params:
+        device=lambda wildcards: floor_cell().spec["device"],
+        seconds=STUDY["bench"]["floor_seconds"],
+    shell:
+        "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
+        " python -m dpstudy.microbench.floor --repeat {wildcards.repeat} --seconds {params.seconds}"
+        " --device {params.device} --out {output:q} > {log:q} 2>&1"

@@ -14,6 +14,8 @@ rule collect:
         comm=[path for path in BENCH_FILES if path == outputs.bench_csv("comm")],
         # every cell's predicted memory, beside what the records measured
         plan=outputs.MEMORY_PLAN,
+        # the machine's floor runs, the noise no cell can go below
+        floor=FLOOR_FILES,
         # The collect script and everything it imports, the training code included (collect
         # flags the cells made with older training code): editing training code reruns no
         # cell, but the tables and the report are redone. The same for the user's factories.
@@ -27,9 +29,10 @@ rule collect:
         "../envs/report.yaml"
     params:
         comm=lambda wildcards, input: ["--comm", *input.comm] if input.comm else [],
+        floor=lambda wildcards, input: ["--floor", *input.floor] if input.floor else [],
     shell:
         f"python scripts/collect.py --records {{input.records:q}} --out-dir {outputs.TABLES_DIR}"
-        " {params.comm:q} --memory-plan {input.plan:q} > {log:q} 2>&1"
+        " {params.comm:q} --memory-plan {input.plan:q} {params.floor:q} > {log:q} 2>&1"
 
 
 rule figures:

@@ -3,6 +3,7 @@
 scaling_settings, comparisons, summary, data_wait, memory, memory_accuracy, util_means, varied, pivot) and stale.txt.
 
     python scripts/collect.py --records R1 R2 ... --out-dir results/tables [--comm comm.csv] [--memory-plan memory.csv]
+                              [--floor results/floor/r0.json ...]
     python scripts/collect.py --records-from record_list.txt --out-dir results/tables
 """
 
@@ -16,6 +17,7 @@ import pandas as pd
 
 from dpstudy import models
 from dpstudy.analysis import collect, tablefiles
+from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.records import RecordError
 from dpstudy.record.provenance import code_version
 
@@ -35,6 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, required=True, help="folder of the tables")
     parser.add_argument("--comm", type=Path, help="comm_bench's comm.csv, for the scaling model (optional)")
     parser.add_argument("--memory-plan", type=Path, help="the memory plan CSV, predicted beside measured (optional)")
+    parser.add_argument("--floor", nargs="*", default=[], help="the machine's floor runs (results/floor/r*.json)")
     return parser.parse_args(argv)
 
 
@@ -48,10 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = pd.read_csv(args.memory_plan) if args.memory_plan and args.memory_plan.is_file() else None
         tables = collect.collect(paths, code_version(), plan, factory_hash)
+        floor = machine_floor.floor_table(args.floor)
     except RecordError as e:
         sys.exit(f"error: {e}")
     comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None
-    tables = collect.summarise(tables, comm)
+    tables = collect.summarise(tables, comm, floor)
     for path in tablefiles.write_tables(tables, args.out_dir):
         print(f"wrote {path}")
     return 0

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from dpstudy.analysis import comparisons, memory, pivots, scaling, stats, strategies, summary
+from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.records import read_records
 from dpstudy.analysis.tables import FactoryHash, cells_table, epochs_table, ranks_table, util_table
 
@@ -45,18 +46,22 @@ def collect(
     }
 
 
-def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+def summarise(
+    tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None, floor: pd.DataFrame | None = None
+) -> dict[str, pd.DataFrame]:
     """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.analysis.stats),
     "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
     table or None) and "scaling_settings" (the model per setting); "comparisons" (settings against
     settings, dpstudy.analysis.comparisons); "strategies" (each workload's strategies ranked,
     dpstudy.analysis.strategies); "summary", "data_wait", "memory" and "util_means"
     (dpstudy.analysis.summary); "memory_accuracy" and "memory_spread" (dpstudy.analysis.memory);
-    "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots)."""
+    "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots); "floor", the machine's
+    floor runs (`floor`, dpstudy.analysis.floor.floor_table; None: the study measured none)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
     model_by_setting = scaling.settings_model(model, settings)
+    floor = machine_floor.floor_table([]) if floor is None else floor
     return {
         **tables,
         "settings": settings,
@@ -64,11 +69,12 @@ def summarise(tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None)
         "scaling_settings": model_by_setting,
         "comparisons": comparisons.comparisons_table(settings, cells),
         "strategies": strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"]),
-        "summary": summary.summary_table(cells, settings),
+        "summary": summary.summary_table(cells, settings, floor),
         "data_wait": summary.wait_table(cells, epochs),
         "memory": summary.memory_table(cells),
         "memory_accuracy": memory.accuracy_table(tables["memory_split"]),
         "memory_spread": memory.spread_table(tables["memory_split"], cells),
         "util_means": summary.util_means(tables["util"]),
         **pivots.overview_tables(settings),
+        "floor": floor,
     }

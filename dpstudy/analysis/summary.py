@@ -1,7 +1,8 @@
 """Study-level figures the report states, each a column of a table:
 
-summary     one row: how many multi-device settings have each speedup verdict, the noise floor
-            (CV of the single-device settings' throughput), and the runs that shared the host
+summary     one row: how many multi-device settings have each speedup verdict, the noise of one
+            device (CV of the single-device settings' throughput), the machine's floor
+            (dpstudy.analysis.floor), and the runs that shared the host
 data_wait   the share of the steady training time spent waiting for data, by loader and by setup
 memory      per finished multi-device cell: its fullest device's peak memory over its emptiest's
 util_means  per cell and GPU: the mean utilisation of the sampled run
@@ -13,6 +14,7 @@ import math
 
 import pandas as pd
 
+from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.stats import VERDICTS
 
 BUSY_CORES = 0.25  # other processes' mean CPU (cores) above which a run counts as measured on a busy host
@@ -23,6 +25,7 @@ SUMMARY_COLUMNS = (
     "noise_floor_settings",
     "noise_floor_median_cv",
     "noise_floor_max_cv",
+    *machine_floor.SUMMARY_COLUMNS,
     "finished_cells",
     "busy_cores",
     "busy_cells",
@@ -55,15 +58,17 @@ def maximum(values: pd.Series) -> float:
     return float(values.max()) if values.notna().any() else math.nan
 
 
-def summary_table(cells: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
+def summary_table(cells: pd.DataFrame, settings: pd.DataFrame, floor: pd.DataFrame) -> pd.DataFrame:
     """One row.
 
     multi_settings: the multi-device settings with a speedup; faster ... noisier: how many of them
     have each verdict (settings' `verdict`). noise_floor_settings: the single-device settings with a
     noise (two or more repeats); noise_floor_median_cv / _max_cv: the median and the largest of
-    their `noise_cv`. finished_cells: the cells that finished; busy_cells: those during which other
-    processes used more than `busy_cores` cores on average (cells' `other_load`); other_load_max:
-    the most any finished cell saw, busy_other_load_max the most a busy one saw (NaN: none)."""
+    their `noise_cv`. floor_*: the floor runs (`floor`, the floor table) and their CVs
+    (dpstudy.analysis.floor.floor_summary). finished_cells: the cells that finished; busy_cells:
+    those during which other processes used more than `busy_cores` cores on average (cells'
+    `other_load`); other_load_max: the most any finished cell saw, busy_other_load_max the most a
+    busy one saw (NaN: none)."""
     multi = settings[(settings["devices"] > 1) & settings["speedup"].notna()]
     singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     ok = finished(cells)
@@ -74,6 +79,7 @@ def summary_table(cells: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
         "noise_floor_settings": len(singles),
         "noise_floor_median_cv": singles["noise_cv"].median() if len(singles) else math.nan,
         "noise_floor_max_cv": maximum(singles["noise_cv"]),
+        **machine_floor.floor_summary(floor, maximum(singles["noise_cv"])),
         "finished_cells": len(ok),
         "busy_cores": BUSY_CORES,
         "busy_cells": len(busy),

@@ -160,6 +160,13 @@ ITEMS: tuple[Item, ...] = (
                 Target("true", text="samples for every ok cell"),
             ),
             Figure("report_html", "results/report/report.html", "bool", Target("true", text="written")),
+            Figure(
+                "floor_cv",
+                "the machine's floor: CV of the reference workload over the rounds",
+                "share",
+                Target("<=", 0.02),
+            ),
+            Figure("single_cv", "largest single-device CV over repeats (CUDA cells)", "share", Target("<=", 0.02)),
             Figure("wall_s", "study wall time", "duration"),
         ),
         timeout_s=2400,

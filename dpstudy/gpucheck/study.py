@@ -15,6 +15,7 @@ results/tables (dpstudy.analysis.tables' columns):
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -139,6 +140,34 @@ def check_tables(cells, util, visible: int, too_big: dict[str, int], left_out: l
     return {"figures": figures, "details": details, "notes": notes}
 
 
+def noise_figures(summary, floor) -> dict:
+    """The machine's floor on CUDA and the single-device cells' noise beside it, from summary.csv's
+    row and floor.csv (DataFrames; missing tables: None). Pure."""
+    figures, details = {"floor_cv": None, "single_cv": None}, {}
+    if summary is None or floor is None:
+        details["floor_cv"] = "no summary.csv or floor.csv: see the collect rule's log"
+        return {"figures": figures, "details": details}
+    row = summary.iloc[0]
+    on = ", ".join(sorted(set(floor["device"].astype(str)))) or "nothing"
+    if not pd_isna(row["floor_cv"]):
+        figures["floor_cv"] = float(row["floor_cv"])
+    details["floor_cv"] = (
+        f"{int(row['floor_runs'])} runs on {on}: matmuls {row['floor_compute_cv']:.2%}, copies "
+        f"{row['floor_memory_cv']:.2%}; verdict on the cells: {row['floor_verdict']}"
+    )
+    if not pd_isna(row["noise_floor_max_cv"]):
+        figures["single_cv"] = float(row["noise_floor_max_cv"])
+    details["single_cv"] = (
+        f"largest of {int(row['noise_floor_settings'])} single-device settings "
+        f"(median {row['noise_floor_median_cv']:.2%})"
+    )
+    return {"figures": figures, "details": details}
+
+
+def pd_isna(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _copy(src: Path, dst: Path) -> bool:
     if not src.exists():
         return False
@@ -193,12 +222,18 @@ def run_study(out: Path) -> dict:
         )
     else:
         details["report_html"] = "missing: see the report rule's log, results/logs/report.log"
+    tables = {
+        name: pd.read_csv(TABLES / f"{name}.csv") for name in ("summary", "floor") if (TABLES / f"{name}.csv").exists()
+    }
+    noise = noise_figures(tables.get("summary"), tables.get("floor"))
+    figures.update(noise["figures"])
+    details.update(noise["details"])
     figures["wall_s"] = wall
     records = list((REPO / "results" / "cells").glob("*/record.json"))
     trained = sum(1 for r in records if r.stat().st_mtime >= started)
     details["wall_s"] = f"{trained} of {len(records)} cell records written by this run"
     files = []
-    for name in ("cells.csv", "settings.csv", "util.csv"):
+    for name in ("cells.csv", "settings.csv", "util.csv", "summary.csv", "floor.csv"):
         if _copy(TABLES / name, out / "raw" / name):
             files.append(f"raw/{name}")
     return {

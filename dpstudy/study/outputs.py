@@ -12,6 +12,8 @@ FIGURES_DIR = f"{RESULTS}/figures"
 BENCH_DIR = f"{RESULTS}/bench"
 REPORT_DIR = f"{RESULTS}/report"
 LOGS_DIR = f"{RESULTS}/logs"
+# The machine's floor (dpstudy.microbench.floor): one JSON per repeat round.
+FLOOR_DIR = f"{RESULTS}/floor"
 
 # dpstudy.analysis.collect writes one CSV per table, and the list of stale records: the tables of
 # records (cells ... util), then what collect.summarise derives from them; every number the report
@@ -35,6 +37,7 @@ TABLES = (
     "util_means",
     "varied",
     "pivot",
+    "floor",
 )
 STALE_FILE = "stale.txt"
 # The one list of figure files: dpstudy.report.figures draws each with the function named after it
@@ -70,6 +73,10 @@ def cell_dir(cell: str) -> str:
 
 def record_path(cell: str) -> str:
     return f"{cell_dir(cell)}/record.json"
+
+
+def floor_path(repeat: int | str) -> str:
+    return f"{FLOOR_DIR}/r{repeat}.json"
 
 
 def table_files() -> list[str]:

@@ -218,6 +218,17 @@ def run_priorities(cells: Iterable[Cell]) -> dict[str, int]:
     return {cell.id: len(order) - i for i, cell in enumerate(order)}
 
 
+def floor_rounds(cells: Iterable[Cell], priorities: dict[str, int]) -> dict[int, int]:
+    """{repeat round: Snakemake priority} of the machine's floor runs (dpstudy.microbench.floor): one
+    per round where there are two rounds or more (a CV needs two runs), each at the lowest priority
+    of its round's cells, so that it runs as its round ends and before the next one starts."""
+    rounds: dict[int, int] = {}
+    for cell in cells:
+        repeat = cell.spec["repeat"]
+        rounds[repeat] = min(rounds.get(repeat, priorities[cell.id]), priorities[cell.id])
+    return dict(sorted(rounds.items())) if len(rounds) >= 2 else {}
+
+
 def write_yaml(study: dict[str, Any], path: str) -> None:
     import yaml
 

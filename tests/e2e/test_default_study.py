@@ -17,6 +17,7 @@ import torch
 from helpers.bench import assert_kernel_rows
 from helpers.browser import open_offline
 
+from dpstudy.analysis import floor as machine_floor
 from dpstudy.microbench import comm
 from dpstudy.record import provenance
 from dpstudy.study import outputs
@@ -122,3 +123,28 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
     if torch.cuda.device_count() < 2:
         assert (skipped.backend == "nccl").any()
         assert set(skipped[skipped.backend == "nccl"].collective) == set(comm.COLLECTIVES)
+
+
+def test_the_machines_floor_ran_once_per_round_between_the_rounds_and_the_report_sets_the_noise_against_it(
+    default_study, cells
+):
+    workdir = default_study.workdir
+    runs = pd.read_csv(workdir / "results/tables/floor.csv")
+    assert list(runs["repeat"]) == [0, 1, 2] and (runs["device"] == "cpu").all()
+    assert runs["compute_gflops"].gt(0).all() and runs["memory_gbps"].gt(0).all() and (runs["seconds"] == 3).all()
+    summary = pd.read_csv(workdir / "results/tables/summary.csv").iloc[0]
+    assert summary["floor_runs"] == 3 and summary["floor_cv"] > 0
+    assert summary["floor_verdict"] in machine_floor.VERDICTS
+    # spaced like the cells: round r's floor after a cell of round r trained, before round r+1's did
+    trained = cells[cells["status"] == "ok"]
+    finished = {
+        repeat: sorted((workdir / record).stat().st_mtime for record in trained[trained["repeat"] == repeat]["record"])
+        for repeat in (0, 1, 2)
+    }
+    for repeat in (0, 1, 2):
+        at = (workdir / outputs.floor_path(repeat)).stat().st_mtime
+        assert finished[repeat][0] < at and (repeat == 2 or at < finished[repeat + 1][0]), (repeat, at, finished)
+    html = (workdir / "results/report/report.html").read_text()
+    assert f"This machine&#x27;s floor is {summary['floor_cv'] * 100:.1f} %" in html or (
+        f"This machine's floor is {summary['floor_cv'] * 100:.1f} %" in html
+    )

@@ -9,16 +9,18 @@ study: <why>" instead of silence.
 
 These modules only phrase: every number they state, and every verdict, is a column of a table
 (settings: a setting's speedup, its `verdict`, `noise_max_cv` and `effect`; comparisons: settings
-against settings; summary: the counts of verdicts, the noise floor, the busy host; data_wait, memory,
-util_means, scaling_settings). They pick rows, order them and count the lines they list.
+against settings; summary: the counts of verdicts, the noise of one device and the machine's
+floor, the busy host; data_wait, memory, util_means, scaling_settings). They pick rows, order
+them and count the lines they list.
 """
 
 from dpstudy.report.findings.accuracy_gap import accuracy
 from dpstudy.report.findings.benchmarks import comm, kernels
 from dpstudy.report.findings.memory_use import memory
 from dpstudy.report.findings.nccl_gloo import backends
+from dpstudy.report.findings.noise import single_noise
 from dpstudy.report.findings.ranking import strategies
-from dpstudy.report.findings.scaling import single_noise, speedup
+from dpstudy.report.findings.scaling import speedup
 from dpstudy.report.findings.scaling_model import why_not_n
 from dpstudy.report.findings.usage import data_wait, utilisation
 

@@ -20,8 +20,8 @@ def table_csv(name: str) -> str:
 SETTINGS_CSV = table_csv("settings")
 
 
-def percent(fraction: float) -> str:
-    return f"{fraction * 100:.0f} %"
+def percent(fraction: float, decimals: int = 0) -> str:
+    return f"{fraction * 100:.{decimals}f} %"
 
 
 def not_measured(why: str) -> str:

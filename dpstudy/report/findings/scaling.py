@@ -1,5 +1,5 @@
 """When does DP or DDP beat one device, and by how much: each multi-device setting's speedup with its
-interval and verdict, the noise floor of one device, and one node against several."""
+interval and verdict, and one node against several."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from dpstudy.analysis import stats
 from dpstudy.analysis.summary import VERDICT_COLUMNS, finished
 from dpstudy.report.findings.phrases import (
     LIST_LIMIT,
-    SETTINGS_CSV,
     Tables,
     batch_phrase,
     by_setting,
-    clipped,
     extra_keys,
     listed,
     not_measured,
@@ -25,7 +23,7 @@ from dpstudy.report.findings.phrases import (
     why_not_run,
     workload,
 )
-from dpstudy.report.text import plural, significant
+from dpstudy.report.text import plural
 
 
 def runs_text(row) -> str:
@@ -109,46 +107,6 @@ def speedup(tables: Tables) -> str:
     settings_count = plural(whole(totals["multi_settings"]), "multi-device setting")
     lines.append(f"\nOf {settings_count}: {summary}. Ideal: n devices n times as fast (100 % efficiency).")
     return SPEEDUP_DEFINITION + "\n\n" + "\n".join(lines) + "\n\n" + across_nodes(tables, keys)
-
-
-def busy_text(tables: Tables) -> str:
-    """Which runs shared the machine with other processes: the first suspect for their noise."""
-    totals = study(tables)
-    if pd.isna(totals["other_load_max"]):
-        return ""
-    if not totals["busy_cells"]:
-        return (
-            f" No run shared the machine: other processes used at most {totals['other_load_max']:.2f} cores "
-            "while a cell trained."
-        )
-    return (
-        f" **{plural(whole(totals['busy_cells']), 'run')} of {whole(totals['finished_cells'])} shared the "
-        f"machine** with other processes (more than {totals['busy_cores']} cores on average while training, up "
-        f"to {totals['busy_other_load_max']:.2f}): their throughput is lower and noisier than a quiet machine's; "
-        "run the study alone for numbers to publish."
-    )
-
-
-def single_noise(tables: Tables) -> str:
-    """The noise floor: CV of a single-device setting's throughput over its repeats."""
-    settings, totals = tables["settings"], study(tables)
-    if not totals["noise_floor_settings"]:
-        return not_measured("the noise floor needs a single-device setting with more than one repeat")
-    singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
-    keys = varied(tables)
-    lines = [
-        f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'])} over {r['repeats']} runs "
-        f"({stats.interval_text(stats.value(r, 'samples_per_s'), significant, ' samples/s')})"
-        for _, r in singles.iterrows()
-    ]
-    return (
-        f"Noise floor: the single-device throughput varies by a median CV of "
-        f"{percent(totals['noise_floor_median_cv'])} between repeats (largest "
-        f"{percent(totals['noise_floor_max_cv'])})."
-        + busy_text(tables)
-        + "\n\n"
-        + "\n".join(clipped(lines, SETTINGS_CSV))
-    )
 
 
 def across_nodes(tables: Tables, named: list[str] = ()) -> str:

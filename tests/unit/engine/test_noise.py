@@ -35,6 +35,28 @@ sweeps:
     assert len(set(priorities.values())) == 9
 
 
+def test_the_floor_runs_once_per_round_as_the_round_ends():
+    config = yaml.safe_load("""
+study: t
+device: cpu
+defaults: {repeats: 3}
+sweeps:
+  - {name: s, dataset: synthetic, model: lenet, grid: {mode: [single, ddp], batch: [64, 256], backend: [gloo]}}
+""")
+    cells = study.expand(study.load(config))
+    priorities = study.run_priorities(cells)
+    rounds = study.floor_rounds(cells, priorities)
+    assert list(rounds) == [0, 1, 2]
+    for repeat, priority in rounds.items():
+        own = [priorities[c.id] for c in cells if c.spec["repeat"] == repeat]
+        later = [priorities[c.id] for c in cells if c.spec["repeat"] > repeat]
+        # after every cell of its round but one (Snakemake orders equal priorities as it likes)...
+        assert priority == min(own) and sum(p > priority for p in own) == len(own) - 1
+        assert all(priority > p for p in later)  # ...and before any cell of a later round
+    one = study.expand(study.load({**config, "defaults": {"repeats": 1}}))
+    assert study.floor_rounds(one, study.run_priorities(one)) == {}  # one run: no CV to measure
+
+
 def test_steady_throughput_counts_the_steps_after_warmup():
     epochs = [
         {"samples": 1000, "wall_s": 2.0, "steady_samples": 800, "steady_s": 1.0},

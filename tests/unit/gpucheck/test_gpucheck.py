@@ -179,7 +179,7 @@ def test_the_items_are_exactly_the_six_in_order():
     assert registry.NAMES == ("tests", "study", "loader", "resnet", "grayscale", "comm")
     assert [
         f.target.describe(f.fmt) for i in registry.ITEMS for f in i.figures if f.target and f.target.op != "true"
-    ] == ["≥ 1", "= 0", "≥ 20x", "< 5 %", "≥ 40,000 img/s", "≥ 50 %"]
+    ] == ["≥ 1", "= 0", "≤ 2 %", "≤ 2 %", "≥ 20x", "< 5 %", "≥ 40,000 img/s", "≥ 50 %"]
     for item in registry.ITEMS:  # every function exists (imported, not run)
         module, function = item.function.split(":")
         assert callable(getattr(__import__(module, fromlist=[function]), function))
@@ -320,6 +320,38 @@ def test_study_checks_read_the_tables():
         "every cell fits the 2 visible GPUs"
         in study.check_tables(_cells(ok), util, 2, {}, [])["details"]["too_big_skipped"]
     )
+
+
+def test_study_reports_the_machines_floor_and_the_single_device_noise_on_cuda():
+    summary = pd.DataFrame(
+        [
+            {
+                "floor_runs": 3,
+                "floor_compute_cv": 0.004,
+                "floor_memory_cv": 0.011,
+                "floor_cv": 0.011,
+                "floor_verdict": "at the floor",
+                "noise_floor_settings": 2,
+                "noise_floor_median_cv": 0.012,
+                "noise_floor_max_cv": 0.019,
+            }
+        ]
+    )
+    floor = pd.DataFrame({"device": ["cuda"] * 3, "compute_gflops": [5e4] * 3, "memory_gbps": [2e3] * 3})
+    result = study.noise_figures(summary, floor)
+    assert result["figures"] == {"floor_cv": 0.011, "single_cv": 0.019}
+    assert (
+        result["details"]["floor_cv"]
+        == "3 runs on cuda: matmuls 0.40%, copies 1.10%; verdict on the cells: at the floor"
+    )
+    assert result["details"]["single_cv"] == "largest of 2 single-device settings (median 1.20%)"
+    item = registry.BY_NAME["study"]
+    targets = {f.key: f.target for f in item.figures}
+    assert targets["floor_cv"].met(0.011) and not targets["single_cv"].met(0.021)
+    # one round, or no tables: no figure, and the target is missed rather than met by default
+    one = study.noise_figures(summary.assign(floor_runs=1, floor_cv=float("nan")), floor.iloc[:1])
+    assert one["figures"]["floor_cv"] is None and not targets["floor_cv"].met(None)
+    assert study.noise_figures(None, None)["figures"] == {"floor_cv": None, "single_cv": None}
 
 
 def test_study_knows_which_cells_need_more_gpus_and_what_snakemake_left_out():

@@ -339,10 +339,23 @@ def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
         )
     )
     assert text.startswith(
-        "Noise floor: the single-device throughput varies by a median CV of 33 % between repeats "
-        "(largest 44 %). **2 runs of 9 shared the machine** with other processes (more than 0.25 "
+        "Noise of one device: the single-device throughput varies by a median CV of 33.0 % between repeats "
+        "(largest 44.0 %). This machine's floor: not measured (`bench.floor`, two or more repeats), too few "
+        "for a CV. **2 runs of 9 shared the machine** with other processes (more than 0.25 "
         "cores on average while training, up to 1.50)"
     )
+    floor = dict(floor_runs=3, floor_compute_cv=0.009, floor_memory_cv=0.014, floor_cv=0.014)
+    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="above the floor", **floor))
+    assert (
+        "This machine's floor is 1.4 %: the CV of a reference workload run beside each of the 3 repeat rounds "
+        "(matmuls 0.9 %, memory copies 1.4 %; tables/floor.csv). The largest single-device CV is **more than "
+        "2x the floor**: the cells add noise of their own."
+    ) in text
+    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="at the floor", **floor))
+    assert "The largest single-device CV is within 2x of it: the cells vary about as much as the machine" in text
+    high = {**floor, "floor_cv": 0.05}
+    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="high floor", **high))
+    assert "This machine's floor is 5.0 %" in text and "**the floor itself is high** (3.0 % or more)" in text
     first = lambda t: t.index == t.index[0]  # noqa: E731
     text = findings.accuracy(changed(repeats, "comparisons", first, value=0.123))
     assert text.startswith("Final test accuracy differed by at most 12.3 points")

@@ -137,6 +137,8 @@ def test_only_fsdp_cells_take_a_shard_and_name_it_where_the_sweep_sets_it():
         (lambda c: c["sweeps"][0].update(resources={"runtime_min": 0}), "sweep 'scale': resources.runtime_min"),
         (lambda c: c.update(resources={"gpus": 1}), "unknown key 'gpus' at resources"),
         (lambda c: c.update(request_gpus="sometimes"), "request_gpus"),
+        (lambda c: c.update(bench={"floor_seconds": 0}), "bench.floor_seconds: 0 is less than or equal to"),
+        (lambda c: c.update(bench={"floor": "yes"}), "bench.floor: 'yes' is not of type 'boolean'"),
     ],
 )
 def test_bad_nodes_and_resources_are_named(change, message):

@@ -1,0 +1,80 @@
+"""The machine's floor (dpstudy.microbench.floor) as a table, and the figures the report sets the
+cells' noise against.
+
+floor       one row per run of the reference workload: its repeat round, what it ran on, its
+            compute (GFLOP/s) and memory (GB/s) rates and the other load it saw
+The summary's floor columns: floor_runs, floor_compute_cv and floor_memory_cv (the CV of each rate
+over the runs, as a setting's noise_cv) and floor_cv, the larger of the two: a cell both computes
+and moves memory, and whichever the machine varies more in bounds its noise from below. And
+floor_verdict, the single-device noise set against it (noise_verdict).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from dpstudy.analysis.records import RecordError
+from dpstudy.analysis.stats import cv
+
+RATES = ("compute_gflops", "memory_gbps")
+FLOOR_COLUMNS = ("repeat", "device", "device_name", "threads", "seconds", *RATES, "other_load", "host", "path")
+SUMMARY_COLUMNS = ("floor_runs", "floor_compute_cv", "floor_memory_cv", "floor_cv", "floor_verdict")
+# A floor this high is the machine's own (shared, or a VM that drifts): nothing measures steadier.
+HIGH_FLOOR = 0.03
+# Noise within this many times the floor is the machine's; above it, the cells' own runtime adds some.
+NEAR_FLOOR = 2.0
+VERDICTS = ("at the floor", "above the floor", "high floor")
+
+
+def read_run(path: str | Path) -> dict:
+    """One run's row; a file that is not a finished run is a RecordError naming it and the key."""
+    try:
+        run = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise RecordError(f"{path}: not a floor run ({error})") from None
+    if not isinstance(run, dict):
+        raise RecordError(f"{path}: not a floor run (a JSON object is expected)")
+    for key in ("repeat", "device", *RATES):
+        if key not in run:
+            raise RecordError(f"{path}: floor run without {key!r}")
+    for key in RATES:
+        value = run[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise RecordError(f"{path}: floor run's {key} is {value!r}, not a positive rate")
+    return {**{column: run.get(column) for column in FLOOR_COLUMNS}, "path": str(path)}
+
+
+def floor_table(paths: Iterable[str | Path]) -> pd.DataFrame:
+    rows = sorted((read_run(path) for path in paths), key=lambda row: row["repeat"])
+    return pd.DataFrame(rows, columns=list(FLOOR_COLUMNS))
+
+
+def noise_verdict(noise_cv: float, floor_cv: float) -> str | None:
+    """The largest single-device CV against the floor: "high floor" (the floor is HIGH_FLOOR or
+    more), "at the floor" (noise within NEAR_FLOOR x the floor), "above the floor"; None where
+    either is unknown."""
+    if math.isnan(floor_cv) or math.isnan(noise_cv):
+        return None
+    if floor_cv >= HIGH_FLOOR:
+        return "high floor"
+    return "at the floor" if noise_cv <= NEAR_FLOOR * floor_cv else "above the floor"
+
+
+def floor_summary(floor: pd.DataFrame, noise_cv: float) -> dict[str, float | str | None]:
+    """The summary's floor columns (NaN CVs with fewer than two runs); `noise_cv`: the largest
+    single-device setting's CV (NaN: none)."""
+    compute, memory = (cv(floor[rate].astype(float)) for rate in RATES)
+    both = [value for value in (compute, memory) if not math.isnan(value)]
+    floor_cv = max(both) if both else math.nan
+    return {
+        "floor_runs": len(floor),
+        "floor_compute_cv": compute,
+        "floor_memory_cv": memory,
+        "floor_cv": floor_cv,
+        "floor_verdict": noise_verdict(noise_cv, floor_cv),
+    }

@@ -1,0 +1,95 @@
+"""The floor runs as a table and the summary's floor columns (dpstudy.analysis.floor)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from helpers import REPO
+from helpers.records import make_record, write_records
+
+from dpstudy.analysis import floor
+from dpstudy.analysis.records import RecordError
+
+
+def write_runs(folder, compute, memory):
+    paths = []
+    for repeat, (c, m) in enumerate(zip(compute, memory, strict=True)):
+        path = folder / f"r{repeat}.json"
+        run = {"repeat": repeat, "device": "cpu", "threads": 2, "seconds": 3.0, "compute_gflops": c}
+        path.write_text(json.dumps({**run, "memory_gbps": m, "other_load": 0.1, "host": "vm"}))
+        paths.append(path)
+    return paths[::-1]  # any order: the table is by repeat
+
+
+def test_the_floor_cv_is_the_larger_of_the_two_rates_cvs(tmp_path):
+    table = floor.floor_table(write_runs(tmp_path, [100.0, 102.0, 98.0], [10.0, 10.0, 10.4]))
+    assert list(table["repeat"]) == [0, 1, 2] and list(table["compute_gflops"]) == [100.0, 102.0, 98.0]
+    summary = floor.floor_summary(table, noise_cv=0.08)
+    assert summary["floor_runs"] == 3
+    assert summary["floor_compute_cv"] == pytest.approx(0.02)  # sd 2 over mean 100
+    assert summary["floor_memory_cv"] == pytest.approx(pd.Series([10, 10, 10.4]).std() / (30.4 / 3))  # 2.3 %
+    assert summary["floor_cv"] == summary["floor_memory_cv"] > summary["floor_compute_cv"]
+    assert summary["floor_verdict"] == "above the floor"  # 8 % > 2 x 2.3 %
+
+
+@pytest.mark.parametrize(
+    "noise, floor_cv, verdict",
+    [
+        (0.02, 0.015, "at the floor"),
+        (0.03, 0.015, "at the floor"),  # exactly 2x
+        (0.031, 0.015, "above the floor"),
+        (0.02, 0.03, "high floor"),
+        (math.nan, 0.01, None),
+        (0.02, math.nan, None),
+    ],
+)
+def test_the_verdict_sets_the_noise_against_the_floor(noise, floor_cv, verdict):
+    assert floor.noise_verdict(noise, floor_cv) == verdict
+
+
+def test_fewer_than_two_runs_give_no_cv(tmp_path):
+    one = floor.floor_summary(floor.floor_table(write_runs(tmp_path, [100.0], [10.0])), noise_cv=0.02)
+    assert one["floor_runs"] == 1 and math.isnan(one["floor_cv"]) and one["floor_verdict"] is None
+    none = floor.floor_summary(floor.floor_table([]), noise_cv=0.02)
+    assert none["floor_runs"] == 0 and math.isnan(none["floor_cv"])
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{", "not a floor run"),
+        ("[1]", "not a floor run (a JSON object is expected)"),
+        ('{"repeat": 0, "device": "cpu", "compute_gflops": 1.0}', "floor run without 'memory_gbps'"),
+        ('{"repeat": 0, "device": "cpu", "compute_gflops": 0, "memory_gbps": 1}', "compute_gflops is 0, not a"),
+        ('{"repeat": 0, "device": "cpu", "compute_gflops": 1, "memory_gbps": true}', "memory_gbps is True, not a"),
+    ],
+)
+def test_a_bad_run_file_is_an_error_naming_it(tmp_path, content, message):
+    path = tmp_path / "r0.json"
+    path.write_text(content)
+    with pytest.raises(RecordError, match=rf"{path}: .*{message.replace('(', '.').replace(')', '.')}"):
+        floor.floor_table([path])
+
+
+def test_collect_writes_the_floor_table_and_its_summary(tmp_path):
+    records = write_records(
+        tmp_path / "cells", [make_record(repeat=r, suffix=f"-r{r}", samples_per_s=1000.0 + 30 * r) for r in range(3)]
+    )
+    runs = write_runs(tmp_path, [100.0, 102.0, 98.0], [10.0, 10.1, 9.9])
+    out = tmp_path / "tables"
+    cmd = [sys.executable, str(REPO / "scripts/collect.py"), "--records", *map(str, records), "--out-dir", str(out)]
+    proc = subprocess.run([*cmd, "--floor", *map(str, runs)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(pd.read_csv(out / "floor.csv")) == 3
+    summary = pd.read_csv(out / "summary.csv").iloc[0]
+    assert summary["floor_runs"] == 3 and summary["floor_cv"] == pytest.approx(0.02)
+    assert summary["floor_verdict"] == "at the floor"  # CV 3 % of the 3 repeats against 2 %
+    bad = runs[0]
+    bad.write_text("{}")
+    proc = subprocess.run([*cmd, "--floor", *map(str, runs)], capture_output=True, text=True)
+    assert proc.returncode == 1 and f"error: {bad}: floor run without 'repeat'" in proc.stderr

@@ -1,0 +1,52 @@
+"""The machine's floor workload (dpstudy.microbench.floor): its timing, its rates and its file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from dpstudy.microbench import floor
+
+
+def test_a_rate_is_work_over_the_timed_seconds_after_the_warm_up():
+    calls = []
+
+    def step():  # 10 ms of "work" each
+        calls.append(time.perf_counter())
+        time.sleep(0.01)
+
+    rate = floor.timed_rate(step, work=2.0, seconds=0.3, device=torch.device("cpu"))
+    assert rate == pytest.approx(2.0 / 0.0101, rel=0.2)  # 2 units per ~10 ms step
+    # the warm-up ran first and is not in the rate: about WARMUP_S + 0.3 s of steps in all
+    assert calls[-1] - calls[0] == pytest.approx(floor.WARMUP_S + 0.3, abs=0.1)
+
+
+def test_a_cpu_run_measures_both_halves_pinned_like_a_one_device_cell():
+    run = floor.measure(repeat=2, seconds=0.4, device="cpu")
+    allowed = len(os.sched_getaffinity(0))
+    assert run["repeat"] == 2 and run["device"] == "cpu" and run["device_name"] is None
+    assert run["threads"] == allowed and run["seconds"] == 0.4
+    assert run["cores"] in ([], sorted(os.sched_getaffinity(0)))
+    # a 256x256 matmul is 33.6 MFLOP; any CPU of this decade does 0.1-10,000 GFLOP/s and copies 0.1-1,000 GB/s
+    assert 0.1 < run["compute_gflops"] < 10_000 and 0.1 < run["memory_gbps"] < 1_000
+    assert run["other_load"] >= 0
+
+
+def test_the_command_writes_its_run_and_refuses_bad_arguments(tmp_path):
+    out = tmp_path / "floor" / "r1.json"
+    cmd = [sys.executable, "-m", "dpstudy.microbench.floor", "--repeat", "1", "--seconds", "0.2"]
+    proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(out.read_text())
+    assert run["repeat"] == 1 and run["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert f"floor r1 on {run['device']}" in proc.stdout and "GFLOP/s" in proc.stdout
+    assert [p.name for p in out.parent.iterdir()] == ["r1.json"]  # no temporary file left
+    bad = subprocess.run([*cmd[:-1], "0", "--out", str(tmp_path / "x.json")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--seconds 0.0: must be above 0" in bad.stderr
+    assert not (tmp_path / "x.json").exists()
