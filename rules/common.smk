@@ -122,13 +122,24 @@ def floor_cell():
     """The cell whose machine the floor takes: the first that trains on one device of one node
     (its threads, GPU and cluster resources); None where no cell trains (the floor measures then
     what a one-device cell of the first setting would get)."""
-    trained = [
-        cell
-        for cell in CELLS.values()
-        if not gap_before_start(cell.spec, cell_resources(cell)["node_gpus"])
-    ]
+    trained = [cell for cell in CELLS.values() if trains(cell)]
     one_device = [c for c in trained if c.gpus == 1 and c.spec["nodes"] == 1]
     return (one_device or trained or list(CELLS.values()))[0]
+
+
+def trains(cell):
+    """Whether the cell's job starts torch (its launcher skips the others without)."""
+    return not gap_before_start(cell.spec, cell_resources(cell)["node_gpus"])
+
+
+def floor_round_records(wildcards):
+    """The records of the cells of a repeat round that train: its floor runs after them."""
+    repeat = int(wildcards.repeat)
+    return [
+        outputs.record_path(cell.id)
+        for cell in CELLS.values()
+        if cell.spec["repeat"] == repeat and trains(cell)
+    ]
 
 
 def like_floor_cell(function):

@@ -39,11 +39,13 @@ rule comm_bench:
         " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q} > {log:q} 2>&1"
 
 
-# The machine's floor (dpstudy.microbench.floor): a reference workload once per repeat round, at
-# the priority of its round's last cells, taking the machine as a one-device cell takes it.
+# The machine's floor (dpstudy.microbench.floor): a reference workload once per repeat round, after
+# the round's training cells and before the next round's (its priority is above theirs), taking the
+# machine as a one-device cell takes it. A rerun of a round's cells measures its floor again.
 rule floor:
     input:
         code=code_files("dpstudy.microbench.floor"),
+        cells=floor_round_records,
     output:
         outputs.floor_path("{repeat}"),
     log:

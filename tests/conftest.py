@@ -74,7 +74,15 @@ def pytest_configure(config):
     """Set once for the run, in the process that starts pytest-xdist's workers (they inherit it):
     tests/e2e/test_gpu.py's seed, drawn each run, so that every worker collects the same tests;
     and a cache of built extensions of this run's own (dpstudy.ext.cache), so that the run
-    compiles each distinct build once, never none."""
+    compiles each distinct build once, never none.
+
+    And OpenMP's threads wait for work asleep instead of spinning (OMP_WAIT_POLICY=PASSIVE, inherited
+    by every process a test starts): two workers on this 2-core machine each run torch on both cores,
+    and a thread spinning at a barrier while the other worker holds its core burns that core for
+    nothing. Measured: tests/unit/engine/test_train.py's LeNet-to-90 % cell beside a 2-thread torch
+    loop took 33 s and 33 CPU-s spinning, 12 s and 12.5 CPU-s asleep (8 s alone). No test asserts
+    a speed; a study run by hand spins as OpenMP does by default."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("DPSTUDY_GPU_SEED", str(secrets.randbelow(2**31)))
         config.ext_cache = tempfile.mkdtemp(prefix="dpstudy-ext-cache-")

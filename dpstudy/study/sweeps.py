@@ -221,7 +221,8 @@ def run_priorities(cells: Iterable[Cell]) -> dict[str, int]:
 def floor_rounds(cells: Iterable[Cell], priorities: dict[str, int]) -> dict[int, int]:
     """{repeat round: Snakemake priority} of the machine's floor runs (dpstudy.microbench.floor): one
     per round where there are two rounds or more (a CV needs two runs), each at the lowest priority
-    of its round's cells, so that it runs as its round ends and before the next one starts."""
+    of its round's cells, above every later round's: the workflow runs it after its round's cells
+    (its inputs) and before the next round's."""
     rounds: dict[int, int] = {}
     for cell in cells:
         repeat = cell.spec["repeat"]

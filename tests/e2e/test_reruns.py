@@ -116,7 +116,7 @@ def edited(path: Path):
         # Training code (the modules that decide a record's numbers): the tables are redone, so that
         # they flag the cells as stale, and no cell reruns.
         ("dpstudy/engine/outcome.py", AGGREGATIONS),  # the cell's record: not the memory plan's code
-        ("dpstudy/engine/monitor.py", PLANNED),
+        ("dpstudy/engine/monitor.py", PLANNED | {"floor"}),  # the floor measures the other load with it
         ("dpstudy/data/store.py", PLANNED),
         # Aggregation and report code: only the rules that run it.
         ("dpstudy/analysis/stats.py", AGGREGATIONS),
