@@ -19,6 +19,7 @@ Variants (each a change against `base`, the cell as a study runs it):
   address-space randomisation off: `setarch -R`);
 - `gcoff`: Python's garbage collector off in every process (a sitecustomize on PYTHONPATH);
 - `interop1`: torch's inter-op pool at one thread (the same way);
+- `passive`: OpenMP's threads wait asleep instead of spinning (OMP_WAIT_POLICY=PASSIVE);
 - `threads1`: one core for the cell instead of all;
 - `epochs6`: twice the steady window (6 epochs).
 Run it on an otherwise idle machine; its own numbers say when it was not.
@@ -51,6 +52,7 @@ VARIANTS = {
     "noaslr": ({"PYTHONHASHSEED": "0"}, ["setarch", "-R"], "", [], {}),
     "gcoff": ({}, [], "import gc\ngc.disable()\n", [], {}),
     "interop1": ({}, [], "import torch\ntorch.set_num_interop_threads(1)\n", [], {}),
+    "passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, [], "", [], {}),
     "threads1": ({}, [], "", ["--cores", "1"], {}),
     "epochs6": ({}, [], "", [], {"epochs": 6}),
 }

@@ -69,7 +69,8 @@ def test_splitting_a_sweep_reruns_nothing_and_changing_one_reruns_only_its_cells
     jobs = default_study.dry_run(changed)
     rerun = cell_ids(changed, "b256")
     assert set(jobs["train"]) == rerun and len(rerun) == 21 and all("-b256-" in c and "-lr0p1" in c for c in rerun)
-    assert set(jobs) == {"train"} | CONFIG_CHANGED
+    # every round trains cells again, so every round's floor is measured again beside them
+    assert set(jobs) == {"train", "floor"} | CONFIG_CHANGED and sorted(jobs["floor"]) == ["0", "1", "2"]
 
 
 def test_changing_a_default_reruns_every_cell_through_params(default_study):
@@ -82,7 +83,7 @@ def test_adding_a_cell_schedules_only_it(default_study):
     jobs = default_study.dry_run(added)
     new = cell_ids(added) - ALL
     assert set(jobs["train"]) == new and len(new) == 21 and all("-b128-" in c for c in new)
-    assert set(jobs) == {"train"} | CONFIG_CHANGED
+    assert set(jobs) == {"train", "floor"} | CONFIG_CHANGED and sorted(jobs["floor"]) == ["0", "1", "2"]
 
 
 def test_deleting_one_record_reruns_only_that_cell(default_study, tmp_path):
@@ -96,7 +97,7 @@ def test_deleting_one_record_reruns_only_that_cell(default_study, tmp_path):
     finally:
         record.write_bytes(saved.read_bytes())
     assert jobs["train"] == [cell]
-    assert set(jobs) == {"train"} | AGGREGATIONS
+    assert set(jobs) == {"train", "floor"} | AGGREGATIONS and jobs["floor"] == ["1"]  # its round's floor
 
 
 @contextlib.contextmanager

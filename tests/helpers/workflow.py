@@ -66,7 +66,7 @@ def start_snakemake(
 
 
 def planned(proc: subprocess.CompletedProcess) -> dict[str, list[str]]:
-    """{rule: [cell wildcard or '']} of the jobs a dry run would execute."""
+    """{rule: [cell (or repeat) wildcard, or '']} of the jobs a dry run would execute."""
     jobs: dict[str, list[str]] = {}
     rule = None
     for line in (proc.stdout + proc.stderr).splitlines():
@@ -75,7 +75,7 @@ def planned(proc: subprocess.CompletedProcess) -> dict[str, list[str]]:
             rule = match.group(1)
             jobs.setdefault(rule, []).append("")
             continue
-        match = re.match(r"^wildcards: .*cell=([^,\s]+)", line.strip())
+        match = re.match(r"^wildcards: .*(?:cell|repeat)=([^,\s]+)", line.strip())
         if match and rule:
             jobs[rule][-1] = match.group(1)
     return jobs
