@@ -28,7 +28,7 @@ SUMMARY_COLUMNS = ("floor_runs", "floor_compute_cv", "floor_memory_cv", "floor_c
 HIGH_FLOOR = 0.03
 # Noise within this many times the floor is the machine's; above it, the cells' own runtime adds some.
 NEAR_FLOOR = 2.0
-VERDICTS = ("at the floor", "above the floor", "high floor")
+VERDICTS = ("at the floor", "above the floor", "high floor", "below the floor")
 
 
 def read_run(path: str | Path) -> dict:
@@ -55,11 +55,14 @@ def floor_table(paths: Iterable[str | Path]) -> pd.DataFrame:
 
 
 def noise_verdict(noise_cv: float, floor_cv: float) -> str | None:
-    """The largest single-device CV against the floor: "high floor" (the floor is HIGH_FLOOR or
+    """The largest single-device CV against the floor: "below the floor" (the reference workload
+    varied more than the cells: here it bounds nothing), "high floor" (the floor is HIGH_FLOOR or
     more), "at the floor" (noise within NEAR_FLOOR x the floor), "above the floor"; None where
     either is unknown."""
     if math.isnan(floor_cv) or math.isnan(noise_cv):
         return None
+    if noise_cv < floor_cv:
+        return "below the floor"
     if floor_cv >= HIGH_FLOOR:
         return "high floor"
     return "at the floor" if noise_cv <= NEAR_FLOOR * floor_cv else "above the floor"

@@ -43,7 +43,9 @@ def test_the_floor_cv_is_the_larger_of_the_two_rates_cvs(tmp_path):
         (0.02, 0.015, "at the floor"),
         (0.03, 0.015, "at the floor"),  # exactly 2x
         (0.031, 0.015, "above the floor"),
-        (0.02, 0.03, "high floor"),
+        (0.035, 0.03, "high floor"),
+        (0.02, 0.03, "below the floor"),  # the cells steadier than the reference: no bound
+        (0.01, 0.015, "below the floor"),
         (math.nan, 0.01, None),
         (0.02, math.nan, None),
     ],
