@@ -15,7 +15,6 @@ results/tables (dpstudy.analysis.tables' columns):
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -147,25 +146,23 @@ def noise_figures(summary, floor) -> dict:
     if summary is None or floor is None:
         details["floor_cv"] = "no summary.csv or floor.csv: see the collect rule's log"
         return {"figures": figures, "details": details}
+    import pandas as pd
+
     row = summary.iloc[0]
     on = ", ".join(sorted(set(floor["device"].astype(str)))) or "nothing"
-    if not pd_isna(row["floor_cv"]):
+    if not pd.isna(row["floor_cv"]):
         figures["floor_cv"] = float(row["floor_cv"])
     details["floor_cv"] = (
         f"{int(row['floor_runs'])} runs on {on}: matmuls {row['floor_compute_cv']:.2%}, copies "
         f"{row['floor_memory_cv']:.2%}; verdict on the cells: {row['floor_verdict']}"
     )
-    if not pd_isna(row["noise_floor_max_cv"]):
+    if not pd.isna(row["noise_floor_max_cv"]):
         figures["single_cv"] = float(row["noise_floor_max_cv"])
     details["single_cv"] = (
         f"largest of {int(row['noise_floor_settings'])} single-device settings "
         f"(median {row['noise_floor_median_cv']:.2%})"
     )
     return {"figures": figures, "details": details}
-
-
-def pd_isna(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _copy(src: Path, dst: Path) -> bool:
