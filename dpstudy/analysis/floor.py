@@ -2,11 +2,13 @@
 cells' noise against.
 
 floor       one row per run of the reference workload: its repeat round, what it ran on, its
-            compute (GFLOP/s) and memory (GB/s) rates and the other load it saw
-The summary's floor columns: floor_runs, floor_compute_cv and floor_memory_cv (the CV of each rate
-over the runs, as a setting's noise_cv) and floor_cv, the larger of the two: a cell both computes
-and moves memory, and whichever the machine varies more in bounds its noise from below. And
-floor_verdict, the single-device noise set against it (noise_verdict).
+            compute (GFLOP/s), memory (GB/s) and dispatch (million ops/s) rates and the other
+            load it saw
+The summary's floor columns: floor_runs, floor_compute_cv, floor_memory_cv and floor_dispatch_cv
+(the CV of each rate over the runs, as a setting's noise_cv) and floor_cv, the largest of them: a
+cell computes, moves memory and dispatches operators, and whichever the machine varies most in
+bounds its noise from below. And floor_verdict, the single-device noise set against it
+(noise_verdict). Runs made before the dispatch part have no dispatch rate: its CV is then NaN.
 """
 
 from __future__ import annotations
@@ -21,9 +23,17 @@ import pandas as pd
 from dpstudy.analysis.records import RecordError
 from dpstudy.analysis.stats import cv
 
-RATES = ("compute_gflops", "memory_gbps")
+RATES = ("compute_gflops", "memory_gbps", "dispatch_mops")
+REQUIRED_RATES = RATES[:2]  # dispatch_mops came later: older runs lack it
 FLOOR_COLUMNS = ("repeat", "device", "device_name", "threads", "seconds", *RATES, "other_load", "host", "path")
-SUMMARY_COLUMNS = ("floor_runs", "floor_compute_cv", "floor_memory_cv", "floor_cv", "floor_verdict")
+SUMMARY_COLUMNS = (
+    "floor_runs",
+    "floor_compute_cv",
+    "floor_memory_cv",
+    "floor_dispatch_cv",
+    "floor_cv",
+    "floor_verdict",
+)
 # A floor this high is the machine's own (shared, or a VM that drifts): nothing measures steadier.
 HIGH_FLOOR = 0.03
 # Noise within this many times the floor is the machine's; above it, the cells' own runtime adds some.
@@ -39,10 +49,10 @@ def read_run(path: str | Path) -> dict:
         raise RecordError(f"{path}: not a floor run ({error})") from None
     if not isinstance(run, dict):
         raise RecordError(f"{path}: not a floor run (a JSON object is expected)")
-    for key in ("repeat", "device", *RATES):
+    for key in ("repeat", "device", *REQUIRED_RATES):
         if key not in run:
             raise RecordError(f"{path}: floor run without {key!r}")
-    for key in RATES:
+    for key in (rate for rate in RATES if rate in run):
         value = run[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise RecordError(f"{path}: floor run's {key} is {value!r}, not a positive rate")
@@ -71,13 +81,14 @@ def noise_verdict(noise_cv: float, floor_cv: float) -> str | None:
 def floor_summary(floor: pd.DataFrame, noise_cv: float) -> dict[str, float | str | None]:
     """The summary's floor columns (NaN CVs with fewer than two runs); `noise_cv`: the largest
     single-device setting's CV (NaN: none)."""
-    compute, memory = (cv(floor[rate].astype(float)) for rate in RATES)
-    both = [value for value in (compute, memory) if not math.isnan(value)]
-    floor_cv = max(both) if both else math.nan
+    compute, memory, dispatch = (cv(floor[rate].astype(float).dropna()) for rate in RATES)
+    known = [value for value in (compute, memory, dispatch) if not math.isnan(value)]
+    floor_cv = max(known) if known else math.nan
     return {
         "floor_runs": len(floor),
         "floor_compute_cv": compute,
         "floor_memory_cv": memory,
+        "floor_dispatch_cv": dispatch,
         "floor_cv": floor_cv,
         "floor_verdict": noise_verdict(noise_cv, floor_cv),
     }

@@ -152,9 +152,11 @@ def noise_figures(summary, floor) -> dict:
     on = ", ".join(sorted(set(floor["device"].astype(str)))) or "nothing"
     if not pd.isna(row["floor_cv"]):
         figures["floor_cv"] = float(row["floor_cv"])
+    dispatch = row.get("floor_dispatch_cv")
     details["floor_cv"] = (
         f"{int(row['floor_runs'])} runs on {on}: matmuls {row['floor_compute_cv']:.2%}, copies "
-        f"{row['floor_memory_cv']:.2%}; verdict on the cells: {row['floor_verdict']}"
+        f"{row['floor_memory_cv']:.2%}{'' if pd.isna(dispatch) else f', dispatch {dispatch:.2%}'}; "
+        f"verdict on the cells: {row['floor_verdict']}"
     )
     if not pd.isna(row["noise_floor_max_cv"]):
         figures["single_cv"] = float(row["noise_floor_max_cv"])

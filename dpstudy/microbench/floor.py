@@ -8,9 +8,13 @@ on the cores (or the GPU) a cell gets. Run once per repeat round, spaced like th
 coefficient of variation of its rates over the rounds is what the machine alone contributes: the
 floor below which no cell's noise can go here.
 
-Two halves of `seconds` each (the default, 3 s, is the default study's steady window):
+Three parts of `seconds` together (the default, 3 s, is the default study's steady window):
 - compute: square float32 matmuls (GFLOP/s), multi-threaded on the cell's cores, or on the GPU;
-- memory: copies of a 256 MiB buffer (past any CPU cache) or 1 GiB on a GPU (GB/s, read plus write).
+- memory: copies of a 256 MiB buffer (past any CPU cache) or 1 GiB on a GPU (GB/s, read plus write);
+- dispatch: in-place adds to a one-element tensor (million ops/s): the per-operator cost on the host,
+  PyTorch's dispatcher and, on a GPU, the kernel launch. A small model is bound by it (LeNet on an
+  H200 runs about 2 ms of host work per step and keeps the GPU 14 % busy), so on a GPU the matmuls
+  and copies alone say nothing about the host side that such a cell's noise comes from.
 
     python -m dpstudy.microbench.floor --repeat 0 --out results/floor/r0.json [--seconds 3] [--device auto]
 """
@@ -30,9 +34,10 @@ from dpstudy.engine.monitor import HostLoad
 from dpstudy.util.atomic import write_json
 
 DEFAULT_SECONDS = 3.0
-WORKLOADS = ("compute", "memory")
+WORKLOADS = ("compute", "memory", "dispatch")
 MATMUL_N = {"cpu": 256, "cuda": 4096}
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 2**30}
+DISPATCH_BATCH = 64  # operators per timed step: the loop's own Python cost stays small beside them
 WARMUP_S = 0.3  # thread pools spun up, clocks raised, pages resident: outside the timed window
 
 
@@ -76,6 +81,18 @@ def memory(device: torch.device, seconds: float) -> float:
     return timed_rate(lambda: dst.copy_(src), 2 * count * 4 / 1e9, seconds, device)
 
 
+def dispatch(device: torch.device, seconds: float) -> float:
+    """Million operators per second: tiny in-place adds, each a full trip through the dispatcher
+    (and a kernel launch on a GPU) with next to no work in it."""
+    x = torch.zeros(1, device=device)
+
+    def step() -> None:
+        for _ in range(DISPATCH_BATCH):
+            x.add_(1.0)
+
+    return timed_rate(step, DISPATCH_BATCH / 1e6, seconds, device)
+
+
 def measure(repeat: int, seconds: float = DEFAULT_SECONDS, device: str = "cpu") -> dict:
     """One run of the floor: the rates and what they ran on (a record of dpstudy/study/schema.yaml's
     spirit: flat, every value named)."""
@@ -87,7 +104,12 @@ def measure(repeat: int, seconds: float = DEFAULT_SECONDS, device: str = "cpu") 
         torch.set_num_threads(threads)
     load = HostLoad()
     start = load.mark()
-    rates = {"compute_gflops": compute(where, seconds / 2), "memory_gbps": memory(where, seconds / 2)}
+    part = seconds / len(WORKLOADS)
+    rates = {
+        "compute_gflops": compute(where, part),
+        "memory_gbps": memory(where, part),
+        "dispatch_mops": dispatch(where, part),
+    }
     busy, own = HostLoad.cores(start, load.mark())
     return {
         "repeat": repeat,
@@ -108,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, required=True, help="the repeat round this run belongs to")
     parser.add_argument("--out", required=True, help="the JSON file to write")
-    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="timed seconds, both halves")
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="timed seconds, all three parts")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: cuda if visible")
     args = parser.parse_args(argv)
     if args.seconds <= 0:
@@ -120,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, run)
     print(
         f"floor r{run['repeat']} on {run['device']} ({run['threads']} threads): "
-        f"{run['compute_gflops']:.1f} GFLOP/s, {run['memory_gbps']:.2f} GB/s, other load {run['other_load']:.2f} cores"
+        f"{run['compute_gflops']:.1f} GFLOP/s, {run['memory_gbps']:.2f} GB/s, "
+        f"{run['dispatch_mops']:.3f} M ops/s, other load {run['other_load']:.2f} cores"
     )
     return 0
 

@@ -74,15 +74,21 @@ def torch_version() -> str | None:
     return match.group(1) if match else None
 
 
-def torch_origin() -> dict:
+# The file `make setup` leaves in the venv it made (scripts/dpstudy_setup/venv.py, STATE_FILE).
+SETUP_STATE_FILE = "dpstudy-setup.json"
+
+
+def torch_origin(prefix: str | None = None) -> dict:
     """Where torch comes from: {"torch_path": the folder that holds it, "torch_provider": "venv" when
-    the project's virtual environment installed it, "host" when the host provided it (make setup
-    TORCH=system, a cluster module, a container's Python run without a venv)}."""
+    dpstudy's own venv (`make setup`) installed it, "host" when anything else provided it (make setup
+    TORCH=system, a cluster module, a container's Python or its own venv, such as a GPU image's
+    /opt/torch/.venv)}. `prefix` is the running environment's (sys.prefix by default)."""
     package = _torch_package()
     if package is None:
         return {"torch_path": None, "torch_provider": None}
-    in_venv = sys.prefix != sys.base_prefix and package.resolve().is_relative_to(Path(sys.prefix).resolve())
-    return {"torch_path": str(package.parent), "torch_provider": "venv" if in_venv else "host"}
+    root = Path(prefix or sys.prefix).resolve()
+    ours = (root / SETUP_STATE_FILE).is_file() and package.resolve().is_relative_to(root)
+    return {"torch_path": str(package.parent), "torch_provider": "venv" if ours else "host"}
 
 
 def rank_host(rank: int, local_rank: int) -> dict:

@@ -62,6 +62,12 @@ def busy_text(tables: Tables) -> str:
     )
 
 
+def dispatch_part(totals) -> str:
+    """', tiny operators 1.2 %' where the floor's runs timed dispatch (runs made before it did not)."""
+    value = totals.get("floor_dispatch_cv", float("nan"))
+    return "" if pd.isna(value) else f", tiny operators {percent(value, 1)}"
+
+
 def floor_text(tables: Tables) -> str:
     """The machine's floor and the verdict on the noise against it, or why there is none."""
     totals = study(tables)
@@ -72,7 +78,7 @@ def floor_text(tables: Tables) -> str:
     text = (
         f" This machine's floor is {percent(totals['floor_cv'], 1)}: the CV of a reference workload run beside "
         f"each of the {whole(totals['floor_runs'])} repeat rounds (matmuls {percent(totals['floor_compute_cv'], 1)}, "
-        f"memory copies {percent(totals['floor_memory_cv'], 1)}; tables/floor.csv)."
+        f"memory copies {percent(totals['floor_memory_cv'], 1)}{dispatch_part(totals)}; tables/floor.csv)."
     )
     verdict = totals["floor_verdict"]
     return text + (f" The largest single-device CV is {FLOOR_ADVICE[verdict]}" if pd.notna(verdict) else "")

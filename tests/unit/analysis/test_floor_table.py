@@ -16,25 +16,44 @@ from dpstudy.analysis import floor
 from dpstudy.analysis.records import RecordError
 
 
-def write_runs(folder, compute, memory):
+def write_runs(folder, compute, memory, dispatch=None):
     paths = []
     for repeat, (c, m) in enumerate(zip(compute, memory, strict=True)):
         path = folder / f"r{repeat}.json"
         run = {"repeat": repeat, "device": "cpu", "threads": 2, "seconds": 3.0, "compute_gflops": c}
+        if dispatch is not None:  # runs made before the dispatch part have none
+            run["dispatch_mops"] = dispatch[repeat]
         path.write_text(json.dumps({**run, "memory_gbps": m, "other_load": 0.1, "host": "vm"}))
         paths.append(path)
     return paths[::-1]  # any order: the table is by repeat
 
 
-def test_the_floor_cv_is_the_larger_of_the_two_rates_cvs(tmp_path):
-    table = floor.floor_table(write_runs(tmp_path, [100.0, 102.0, 98.0], [10.0, 10.0, 10.4]))
+def test_the_floor_cv_is_the_largest_of_the_three_rates_cvs(tmp_path):
+    runs = write_runs(tmp_path, [100.0, 102.0, 98.0], [10.0, 10.0, 10.4], dispatch=[1.0, 1.01, 0.99])
+    table = floor.floor_table(runs)
     assert list(table["repeat"]) == [0, 1, 2] and list(table["compute_gflops"]) == [100.0, 102.0, 98.0]
+    assert list(table["dispatch_mops"]) == [1.0, 1.01, 0.99]
     summary = floor.floor_summary(table, noise_cv=0.08)
     assert summary["floor_runs"] == 3
     assert summary["floor_compute_cv"] == pytest.approx(0.02)  # sd 2 over mean 100
     assert summary["floor_memory_cv"] == pytest.approx(pd.Series([10, 10, 10.4]).std() / (30.4 / 3))  # 2.3 %
+    assert summary["floor_dispatch_cv"] == pytest.approx(0.01)
     assert summary["floor_cv"] == summary["floor_memory_cv"] > summary["floor_compute_cv"]
     assert summary["floor_verdict"] == "above the floor"  # 8 % > 2 x 2.3 %
+
+
+def test_a_host_bound_floor_is_the_dispatch_part_s(tmp_path):
+    # As on the H200: the GPU's matmuls and copies steady, the host's operator launches not.
+    runs = write_runs(tmp_path, [5e4, 5.01e4, 4.99e4], [4190.0, 4200.0, 4195.0], dispatch=[0.2, 0.22, 0.18])
+    summary = floor.floor_summary(floor.floor_table(runs), noise_cv=0.12)
+    assert summary["floor_cv"] == summary["floor_dispatch_cv"] == pytest.approx(0.1)
+    assert summary["floor_verdict"] == "high floor"
+
+
+def test_runs_without_a_dispatch_rate_keep_the_other_two(tmp_path):
+    table = floor.floor_table(write_runs(tmp_path, [100.0, 102.0, 98.0], [10.0, 10.0, 10.0]))
+    summary = floor.floor_summary(table, noise_cv=0.01)
+    assert math.isnan(summary["floor_dispatch_cv"]) and summary["floor_cv"] == pytest.approx(0.02)
 
 
 @pytest.mark.parametrize(
@@ -69,6 +88,10 @@ def test_fewer_than_two_runs_give_no_cv(tmp_path):
         ('{"repeat": 0, "device": "cpu", "compute_gflops": 1.0}', "floor run without 'memory_gbps'"),
         ('{"repeat": 0, "device": "cpu", "compute_gflops": 0, "memory_gbps": 1}', "compute_gflops is 0, not a"),
         ('{"repeat": 0, "device": "cpu", "compute_gflops": 1, "memory_gbps": true}', "memory_gbps is True, not a"),
+        (
+            '{"repeat": 0, "device": "cpu", "compute_gflops": 1, "memory_gbps": 1, "dispatch_mops": -1}',
+            "dispatch_mops is -1, not a",
+        ),
     ],
 )
 def test_a_bad_run_file_is_an_error_naming_it(tmp_path, content, message):

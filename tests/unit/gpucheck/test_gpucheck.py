@@ -329,6 +329,7 @@ def test_study_reports_the_machines_floor_and_the_single_device_noise_on_cuda():
                 "floor_runs": 3,
                 "floor_compute_cv": 0.004,
                 "floor_memory_cv": 0.011,
+                "floor_dispatch_cv": 0.008,
                 "floor_cv": 0.011,
                 "floor_verdict": "at the floor",
                 "noise_floor_settings": 2,
@@ -342,8 +343,10 @@ def test_study_reports_the_machines_floor_and_the_single_device_noise_on_cuda():
     assert result["figures"] == {"floor_cv": 0.011, "single_cv": 0.019}
     assert (
         result["details"]["floor_cv"]
-        == "3 runs on cuda: matmuls 0.40%, copies 1.10%; verdict on the cells: at the floor"
+        == "3 runs on cuda: matmuls 0.40%, copies 1.10%, dispatch 0.80%; verdict on the cells: at the floor"
     )
+    older = study.noise_figures(summary.drop(columns="floor_dispatch_cv"), floor)  # runs before dispatch
+    assert older["details"]["floor_cv"].startswith("3 runs on cuda: matmuls 0.40%, copies 1.10%; verdict")
     assert result["details"]["single_cv"] == "largest of 2 single-device settings (median 1.20%)"
     item = registry.BY_NAME["study"]
     targets = {f.key: f.target for f in item.figures}

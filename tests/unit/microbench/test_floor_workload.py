@@ -27,7 +27,7 @@ def test_a_rate_is_work_over_the_timed_seconds_after_the_warm_up():
     assert calls[-1] - calls[0] == pytest.approx(floor.WARMUP_S + 0.3, abs=0.1)
 
 
-def test_a_cpu_run_measures_both_halves_pinned_like_a_one_device_cell():
+def test_a_cpu_run_measures_all_three_parts_pinned_like_a_one_device_cell():
     run = floor.measure(repeat=2, seconds=0.4, device="cpu")
     allowed = len(os.sched_getaffinity(0))
     assert run["repeat"] == 2 and run["device"] == "cpu" and run["device_name"] is None
@@ -35,7 +35,27 @@ def test_a_cpu_run_measures_both_halves_pinned_like_a_one_device_cell():
     assert run["cores"] in ([], sorted(os.sched_getaffinity(0)))
     # a 256x256 matmul is 33.6 MFLOP; any CPU of this decade does 0.1-10,000 GFLOP/s and copies 0.1-1,000 GB/s
     assert 0.1 < run["compute_gflops"] < 10_000 and 0.1 < run["memory_gbps"] < 1_000
+    # an in-place add of one element costs 0.3-30 us on the host: 0.03-3 million per second
+    assert 0.03 < run["dispatch_mops"] < 3
     assert run["other_load"] >= 0
+
+
+def test_dispatch_counts_every_operator_it_runs(monkeypatch):
+    # The rate is operators per second: DISPATCH_BATCH adds per step, each one applied.
+    seen = {}
+    real = floor.timed_rate
+
+    def spy(step, work, seconds, device):
+        seen["work"] = work
+        step()
+        return real(step, work, seconds, device)
+
+    monkeypatch.setattr(floor, "timed_rate", spy)
+    added = []
+    monkeypatch.setattr(torch.Tensor, "add_", lambda self, v: added.append(v) or self)
+    floor.dispatch(torch.device("cpu"), seconds=0.05)
+    assert seen["work"] == floor.DISPATCH_BATCH / 1e6
+    assert len(added) % floor.DISPATCH_BATCH == 0 and len(added) >= 2 * floor.DISPATCH_BATCH
 
 
 def test_the_command_writes_its_run_and_refuses_bad_arguments(tmp_path):
@@ -45,7 +65,7 @@ def test_the_command_writes_its_run_and_refuses_bad_arguments(tmp_path):
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
     assert run["repeat"] == 1 and run["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
-    assert f"floor r1 on {run['device']}" in proc.stdout and "GFLOP/s" in proc.stdout
+    assert f"floor r1 on {run['device']}" in proc.stdout and "GFLOP/s" in proc.stdout and "M ops/s" in proc.stdout
     assert [p.name for p in out.parent.iterdir()] == ["r1.json"]  # no temporary file left
     bad = subprocess.run([*cmd[:-1], "0", "--out", str(tmp_path / "x.json")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--seconds 0.0: must be above 0" in bad.stderr
