@@ -33,6 +33,7 @@ rule train:
         cpus_per_gpu=cell_resource("cpus_per_gpu"),
         mem_mb=cell_resource("mem_mb"),
         runtime=cell_resource("runtime"),
+        limit_s=cell_resource("limit_s"),
         nodes=cell_resource("nodes"),
         tasks=cell_resource("tasks"),
         tasks_per_gpu=cell_resource("tasks_per_gpu"),
@@ -52,7 +53,7 @@ rule train:
         # finished job; only a stopped job (cancelled, killed) leaves none.
         "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
         f" --out {outputs.CELLS_DIR}/{{wildcards.cell}} --log {{log:q}} --gpus {{resources.node_gpus}}"
-        " --cores {resources.node_cores} --attempt {resources.attempt}"
+        " --cores {resources.node_cores} --attempt {resources.attempt} --limit-s {resources.limit_s}"
         " --allocator {params.allocator} {params.plan}"
 
 

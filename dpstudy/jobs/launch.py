@@ -1,6 +1,7 @@
 """Run one cell as one job: start its processes on the job's GPUs and make sure of how it ends.
 
   python -m dpstudy.jobs.launch --spec JSON --cell ID --out DIR --log FILE --gpus G --cores C [--attempt K]
+      [--limit-s S]
 
 The train rule execs this (G and C per node). It
 - starts `python -m dpstudy.engine` (single, dp), `torchrun --standalone` (ddp, fsdp on one node) or,
@@ -12,6 +13,8 @@ The train rule execs this (G and C per node). It
   dpstudy.jobs.gpus.job_environment's);
 - gives every process of the cell the study's memory allocator (dpstudy.util.allocator: a
   preloaded jemalloc or tcmalloc, or glibc told to keep its memory), found on this node;
+- outside SLURM, stops the cell at its time limit (--limit-s, the study's runtime_min) and records
+  it failed with why (dpstudy.jobs.timelimit): the local executor has no limit of its own;
 - dies with its parent and takes its child along (dpstudy.util.lifeline). On SIGTERM, SIGINT or
   SIGHUP (a cancelled job, a time limit, Ctrl-C) it stops the child and leaves no record: the
   cell is not finished and the next run reruns it;
@@ -40,7 +43,7 @@ from pathlib import Path
 from typing import IO
 
 from dpstudy.jobs import gpus as gpu_pool
-from dpstudy.jobs import memory_plan, slurm
+from dpstudy.jobs import memory_plan, slurm, timelimit
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
@@ -70,17 +73,8 @@ def torchrun() -> list[str]:
 
 def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:
     """The command line that runs the cell's processes (see the module's docstring)."""
-    train = [
-        *TRAIN_MODULE,
-        "--spec",
-        json.dumps(spec, sort_keys=True),
-        "--out",
-        str(out),
-        "--cell",
-        cell,
-        "--cores",
-        str(cores),
-    ]
+    train = [*TRAIN_MODULE, "--spec", json.dumps(spec, sort_keys=True), "--out", str(out), "--cell", cell]
+    train += ["--cores", str(cores)]
     nodes, gpus = spec["nodes"], spec["gpus"]
     if not one_process_per_device(spec) or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
         return [sys.executable, *train]
@@ -181,9 +175,13 @@ class Launcher:
             self.child = subprocess.Popen(
                 argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=child_dies_with_us(signal.SIGTERM)
             )
-            code = self.child.wait()
+            # SLURM keeps the limit itself (the retry records it): the launcher keeps it elsewhere.
+            code, over = timelimit.wait(self.child, None if job else self.args.limit_s, self.t0)
         if self.stopped_by is not None:
             return self.finish_stopped()
+        if over:
+            self.write_record("failed", timelimit.reason(self.args.limit_s, time.time() - self.t0, Path(self.args.log)))
+            return 0
         return self.finish(code)
 
     def finish(self, code: int) -> int:
@@ -275,6 +273,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, required=True, help="GPUs the job reserved per node (0: none)")
     parser.add_argument("--cores", type=int, required=True, help="CPU cores of the cell per node")
     parser.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt number (retries)")
+    parser.add_argument("--limit-s", type=float, help="wall-time limit of the job in seconds (default: none)")
     parser.add_argument("--memory-plan", help="the memory plan CSV (dpstudy.jobs.memory_plan)")
     parser.add_argument(
         "--allocator", choices=allocator.CHOICES, default="auto", help="the study's allocator (dpstudy.util.allocator)"

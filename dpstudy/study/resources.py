@@ -9,6 +9,7 @@ leaves a resource unset (Snakemake drops it).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dpstudy.study.spec import one_process_per_device
@@ -59,7 +60,8 @@ def train_resources(spec: dict[str, Any], job: dict[str, Any], gpus: bool) -> di
         "cpus_per_task": None if gpus and not several else cores,
         "cpus_per_gpu": 1 + spec["workers"] if gpus and not several else None,
         "mem_mb": processes_per_node(spec) * job["mem_mb_per_process"] + job["mem_mb_per_job"],
-        "runtime": job["runtime_min"],
+        "runtime": math.ceil(job["runtime_min"]),  # schedulers take whole minutes
+        "limit_s": round(60 * job["runtime_min"]),  # the launcher's own limit (dpstudy.jobs.timelimit)
         "nodes": nodes,
         "tasks": nodes if several or not gpus else None,
         "tasks_per_gpu": 0 if gpus and several else None,

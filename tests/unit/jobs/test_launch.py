@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from dpstudy.jobs import launch, slurm
+from dpstudy.jobs import launch, slurm, timelimit
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.spec import complete
@@ -182,6 +182,51 @@ def test_a_stopped_job_stops_its_child_and_leaves_no_record(tmp_path):
     time.sleep(0.5)
     assert not alive(child)
     assert "stopped by SIGTERM: no record" in (tmp_path / "cell/train.log").read_text()
+
+
+PROGRESS = "print('epoch 1/3 train_loss 2.3', flush=True); "
+PROGRESSING_SLEEPER = SLEEPER.replace("time.sleep(600)", PROGRESS + "time.sleep(600)")
+
+
+def test_a_child_past_the_time_limit_is_stopped_and_recorded_failed_with_its_progress(tmp_path):
+    started = time.monotonic()
+    proc = start_launcher(tmp_path, PROGRESSING_SLEEPER, extra=("--limit-s", "3"))
+    assert proc.wait(timeout=30) == 0  # a finished job: the cell has its record, the study goes on
+    took = time.monotonic() - started
+    rec = record.read(tmp_path / "cell/record.json")
+    assert rec["status"] == "failed" and rec["reason"] == (
+        "stopped at its time limit of 3 s (resources.runtime_min) after 3 s; last progress: "
+        "epoch 1/3 train_loss 2.3; see train.log"
+    )
+    assert 3 <= took < 3 + 8  # the limit counts from the launcher's start, SIGTERM ends the child
+    assert not alive(int((tmp_path / "cell/child.pid").read_text()))
+
+
+def test_under_slurm_the_limit_is_slurms(tmp_path):
+    # SLURM stops the job itself and the retry records it (test_a_retry_after_a_time_limit_...):
+    # the launcher does not race it.
+    child = "import sys, time; time.sleep(2); " + MARKER
+    proc = start_launcher(tmp_path, child, extra=("--limit-s", "1"), env={"SLURM_JOB_ID": "4242"})
+    assert proc.wait(timeout=30) == 0
+    assert (tmp_path / "cell/trained").read_text() == "yes"
+    assert "time limit" not in record.read(tmp_path / "cell/record.json")["reason"]
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch):
+    monkeypatch.setattr(timelimit, "GRACE_S", 0.5)
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "up\n"
+    started = time.time()
+    assert timelimit.wait(child, 0.5, started) == (-signal.SIGKILL, True)
+    assert time.time() - started < 5
+
+
+@pytest.mark.parametrize(
+    "seconds, text", [(3, "3 s"), (60, "1 min"), (65, "1 min 5 s"), (3600, "1 h"), (7390, "2 h 3 min"), (0.4, "0 s")]
+)
+def test_durations_read_as_people_say_them(seconds, text):
+    assert timelimit.duration(seconds) == text
 
 
 def test_a_killed_parent_takes_the_launcher_and_its_child_along(tmp_path):

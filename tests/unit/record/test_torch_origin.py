@@ -4,6 +4,7 @@ any other, a GPU image's own venv included (that H200 run's report said "dpstudy
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -12,12 +13,17 @@ from helpers import REPO
 
 from dpstudy.record import envinfo
 
-sys.path.append(str(REPO / "scripts"))  # as tests/e2e/test_setup.py: shadows nothing
-from dpstudy_setup.venv import STATE_FILE  # noqa: E402
-
 
 def test_the_state_file_is_the_one_make_setup_writes():
-    assert envinfo.SETUP_STATE_FILE == STATE_FILE
+    # Read, not imported: importing the set-up package here pulls in pip's vendored modules, after
+    # which torch.utils.cpp_extension's setuptools cannot load in this worker.
+    tree = ast.parse((REPO / "scripts/dpstudy_setup/venv.py").read_text())
+    (value,) = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["STATE_FILE"]
+    ]
+    assert envinfo.SETUP_STATE_FILE == value
 
 
 def test_a_venv_that_holds_torch_without_dpstudy_s_state_file_is_the_host_s(monkeypatch):

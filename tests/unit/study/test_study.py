@@ -180,10 +180,19 @@ def test_one_node_gpu_job_asks_for_its_gpus_and_cores_per_gpu():
         "cpus_per_gpu": 1,
         "mem_mb": 7000,
         "runtime": 5,
+        "limit_s": 300,
         "nodes": 1,
         "node_gpus": 2,
         "node_cores": 2,
     }
+
+
+def test_a_fractional_runtime_asks_schedulers_for_whole_minutes_and_the_launcher_for_seconds():
+    cell = cells()["synthetic-lenet-ddp-g2-b64-gloo"]
+    resources = train_resources(cell.spec, {**cell.resources, "runtime_min": 0.25}, False)
+    assert (resources["runtime"], resources["limit_s"]) == (1, 15)
+    resources = train_resources(cell.spec, {**cell.resources, "runtime_min": 90.5}, False)
+    assert (resources["runtime"], resources["limit_s"]) == (91, 5430)
 
 
 def test_cpu_job_asks_for_one_task_with_a_core_per_process():
@@ -192,6 +201,7 @@ def test_cpu_job_asks_for_one_task_with_a_core_per_process():
         "cpus_per_task": 2,
         "mem_mb": 7000,
         "runtime": 5,
+        "limit_s": 300,
         "nodes": 1,
         "tasks": 1,
         "node_gpus": 0,
@@ -207,6 +217,7 @@ def test_multi_node_job_runs_a_task_per_node_with_gpus_per_node():
         "cpus_per_task": 2,
         "mem_mb": 7000,
         "runtime": 5,
+        "limit_s": 300,
         "nodes": 2,
         "tasks": 2,
         "tasks_per_gpu": 0,
@@ -218,6 +229,7 @@ def test_multi_node_job_runs_a_task_per_node_with_gpus_per_node():
         "cpus_per_task": 1,
         "mem_mb": 4000,
         "runtime": 5,
+        "limit_s": 300,
         "nodes": 2,
         "tasks": 2,
         "mpi": "srun",
