@@ -14,8 +14,17 @@ import pandas as pd
 from dpstudy.study.outputs import STALE_FILE, TABLES
 from dpstudy.util.atomic import write_csv, write_text
 
-# Columns of space-separated setting numbers: text, though one number alone would read as a float.
-NUMBER_LISTS = {"comparisons": {"members": str}, "strategies": {"model_misorders": str}}
+# Columns that are text however they look: space-separated setting numbers (one alone would read
+# as a float), and identifiers and versions, which pandas would read as numbers: a source hash
+# 3819e1247242 as inf (seen), a git commit of digits as an int, CUDA 12.10 as 12.1, a job id as 8.0.
+TEXT = {
+    "cells": {
+        column: str
+        for column in ("source_hash", "git_commit", "job_id", "torch", "cuda", "nccl", "python", "driver", "hostname")
+    },
+    "comparisons": {"members": str},
+    "strategies": {"model_misorders": str},
+}
 
 
 def stale_records(cells: pd.DataFrame) -> list[str]:
@@ -36,4 +45,4 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[P
 
 def read_tables(tables_dir: str | Path) -> dict[str, pd.DataFrame]:
     """The tables written by write_tables, keyed as dpstudy.analysis.collect.summarise returns them."""
-    return {name: pd.read_csv(Path(tables_dir) / f"{name}.csv", dtype=NUMBER_LISTS.get(name)) for name in TABLES}
+    return {name: pd.read_csv(Path(tables_dir) / f"{name}.csv", dtype=TEXT.get(name)) for name in TABLES}

@@ -179,6 +179,8 @@ def run_study(out: Path) -> dict:
     import pandas as pd
     import torch
 
+    from dpstudy.analysis import tablefiles
+
     visible = torch.cuda.device_count()
     cores = len(os.sched_getaffinity(0))
     command = snakemake_command(visible, cores)
@@ -205,7 +207,7 @@ def run_study(out: Path) -> dict:
         raise RuntimeError(
             f"Snakemake ended (exit status {proc.returncode}) without {cells_csv.relative_to(REPO)}; see the log above"
         )
-    cells = pd.read_csv(cells_csv)
+    cells = pd.read_csv(cells_csv, dtype=tablefiles.TEXT["cells"])
     util = pd.read_csv(util_csv) if util_csv.exists() else pd.DataFrame(columns=["cell", "device", "t", "gpu_util"])
     left_out = left_out_cells(lines)
     result = check_tables(cells, util, visible, too_big, left_out)

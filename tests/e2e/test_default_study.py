@@ -18,6 +18,7 @@ from helpers.bench import assert_kernel_rows
 from helpers.browser import open_offline
 
 from dpstudy.analysis import floor as machine_floor
+from dpstudy.analysis import tablefiles
 from dpstudy.microbench import comm
 from dpstudy.record import provenance
 from dpstudy.study import outputs
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cells(default_study) -> pd.DataFrame:
-    return pd.read_csv(default_study.workdir / "results/tables/cells.csv").set_index("cell")
+    return pd.read_csv(default_study.workdir / "results/tables/cells.csv", dtype=tablefiles.TEXT["cells"]).set_index(
+        "cell"
+    )
 
 
 def test_every_cell_ran_or_was_skipped_with_its_reason_and_the_modes_agree(default_study, cells):
