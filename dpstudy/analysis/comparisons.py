@@ -67,8 +67,10 @@ def across_nodes(settings: pd.DataFrame, throughput: dict[int, pd.Series]) -> li
 
 def accuracy_gaps(settings: pd.DataFrame, accuracies: dict[int, pd.Series]) -> list[dict]:
     """The most against the least accurate setting of every group that differs only in mode,
-    devices or backend. All equal: the first against the last, never a setting against itself."""
+    devices or backend. All equal: the first against the last, never a setting against itself.
+    A setting that did not learn is no party to an accuracy claim."""
     rows = settings.dropna(subset=["final_test_acc"])
+    rows = rows[rows["learned"].fillna(True).astype(bool)] if "learned" in rows else rows
     out = []
     for _, group in rows.groupby(list(BASELINE_KEYS), dropna=False):
         if len(group) < 2:

@@ -48,6 +48,7 @@ SETTING_COLUMNS = (
     "noise_max_cv",
     "effect",
     "verdict",
+    "learned",
 )
 # A setting's speedup against one device, as the report words it (`verdict`): the interval above,
 # below or around 1, or its noise larger than its effect; none without an interval or for one device.
@@ -199,8 +200,16 @@ def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
         row["noise_max_cv"] = noise if noise >= 0 else math.nan
         row["effect"] = abs(row["speedup"] - 1)
         row["verdict"] = None if own_baseline else verdict(row)
+        row["learned"] = learned(group)
         rows.append(row)
     return pd.DataFrame(rows, columns=[*SETTING_KEYS, *SETTING_COLUMNS])
+
+
+def learned(finished: pd.DataFrame) -> bool | None:
+    """False when any of these finished cells did not learn (dpstudy.record.learning), True when
+    all did; None without a verdict (none finished, or records made before it)."""
+    verdicts = finished["learned"].dropna() if "learned" in finished else pd.Series(dtype=object)
+    return None if verdicts.empty else bool(verdicts.astype(bool).all())
 
 
 def verdict(row) -> str | None:

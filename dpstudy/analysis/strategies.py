@@ -29,7 +29,9 @@ the study asked for, run or not:
                       that the model puts ahead of it; and whether the model orders the workload
                       as measured (no such pair: ties within noise may go either way)
   largest, largest_s  the model's largest loss against n x and its seconds per epoch (multi-device)
-  fastest             rank 1 (the fastest strategy that fits: one that did not fit did not run)
+  learned             False when a finished repeat did not learn (dpstudy.record.learning), else True
+  fastest             the fastest strategy that fits and learned: rank 1, or the best-ranked one that
+                      learned when rank 1 did not (one that did not fit did not run)
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ COLUMNS = (
     "model_misorders",
     "largest",
     "largest_s",
+    "learned",
     "fastest",
 )
 
@@ -137,6 +140,7 @@ def strategy_rows(cells: pd.DataFrame, split: pd.DataFrame) -> pd.DataFrame:
                 "memory_min_mb": ok["memory_min_mb"].median(),
                 "predicted_memory_mb": group["predicted_memory_mb"].max(),
                 "samples": ok["samples_per_s"].dropna().tolist(),
+                "learned": stats.learned(ok),
             }
         )
     return pd.DataFrame(rows)
@@ -202,7 +206,9 @@ def rank(workload: pd.DataFrame) -> pd.DataFrame:
     out["model_misorders"] = misorders(out)
     has_prediction = out["predicted_samples_per_s"].notna() & finished
     out["model_agrees"] = out["model_misorders"].isna().all() if has_prediction.sum() >= 2 else None
-    out["fastest"] = out["rank"] == 1
+    # a strategy that did not learn is no candidate: the fastest is the best ranked one that did
+    candidates = out["rank"].where(out["learned"].fillna(True).astype(bool))
+    out["fastest"] = candidates == candidates.min()
     reference = out[(out["mode"] == "single") & (out["devices"] == 1) & ~out["compile"].astype(bool) & finished]
     base = reference["samples"].iloc[0] if len(reference) == 1 else []
     for column in ("vs_one_device", "vs_next"):

@@ -148,6 +148,8 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
             outcome.watch(par.rank)
         torch.manual_seed(effective_seed(spec))
         meta, (train_data, test_data) = load_datasets(spec, par)
+        outcome.classes = len(meta["classes"])
+        outcome.test_samples = meta.get("splits", {}).get("test", {}).get("n", 0)
         build = model_builder(spec, meta, par.device)
         model = build()
         if models.needs_ext(spec["model"]):

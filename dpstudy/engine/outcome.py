@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from dpstudy.record import fields as record
+from dpstudy.record import learning
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
 from dpstudy.util.atomic import write_json
@@ -62,6 +63,8 @@ class Outcome:
         self.probe: dict | None = None
         self.memory: dict | None = None
         self.startup_s: float | None = None
+        self.classes: int | None = None  # of the data, and its test images: the learning verdict's chance
+        self.test_samples = 0
         self._lock = threading.Lock()
         self._done = False
 
@@ -85,6 +88,10 @@ class Outcome:
             summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
             summary["samples_per_s"] = steady_throughput(self.epochs)
             summary["final_test_acc"] = self.epochs[-1]["test_acc"]
+            if self.classes and status == "ok":  # a cell that failed or ran out of memory says so already
+                summary["learned"], summary["learned_reason"] = learning.verdict(
+                    self.epochs, self.classes, self.test_samples
+                )
         if self.spec.get("compile"):  # the steps and evaluation batches that compiled, never in samples_per_s
             summary["compile_s"] = sum(e.get("compile_s", 0.0) + e.get("eval_compile_s", 0.0) for e in self.epochs)
         nodes = self.spec["nodes"]

@@ -60,6 +60,9 @@ SUMMARY_FIELDS = {
 # Optional summary fields: records of cells without them (and records made before) have none.
 OPTIONAL_SUMMARY_FIELDS = {
     "compile_s": _maybe_number,  # compile: true: wall time of the training steps and evaluation batches that compiled
+    # whether the run learned, and why not (dpstudy.record.learning); status stays ok either way
+    "learned": {"type": "boolean"},
+    "learned_reason": {"type": ["string", "null"]},
 }
 
 # The split of a step's peak (dpstudy.engine.memory), in MB; their sum is peak_mb.

@@ -98,6 +98,22 @@ def not_run(cells: pd.DataFrame) -> str:
     return "\n".join(f"- {line}" for line in not_run_lines(rest, "cell", lambda r: code(r.cell)))
 
 
+def not_learned(cells: pd.DataFrame) -> str:
+    """The finished cells that did not learn (dpstudy.record.learning), each with why: their
+    throughput stands, but they are no candidate for the fastest strategy nor party to accuracy."""
+    if "learned" not in cells:
+        return "No cell says whether it learned (records made before the verdict)."
+    flat = cells[(cells["status"] == "ok") & (cells["learned"].astype("boolean") == False)]  # noqa: E712
+    if flat.empty:
+        return "Every finished cell learned: no loss went non-finite or rose, no accuracy stayed at chance."
+    lines = [f"- {code(r.cell)}: {text(r.learned_reason)}" for r in flat.itertuples()]
+    return (
+        f"**{len(flat)} finished {'cell' if len(flat) == 1 else 'cells'} did not learn.** Their throughput is "
+        "measured as any other's, but the accuracy comparisons leave them out and no strategy that "
+        "did not learn is called the fastest.\n\n" + "\n".join(lines)
+    )
+
+
 def stale(cells: pd.DataFrame, stale_file: str) -> str:
     old = cells[cells["stale"].astype(bool)]
     if old.empty:

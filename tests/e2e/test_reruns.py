@@ -229,7 +229,7 @@ def test_a_killed_job_leaves_no_record_no_rank_and_the_rerun_runs_just_it(defaul
     assert study.dry_run(WITH_LONG)["train"] == [LONG]
     # up to the cells table, which is all this test reads: the figures and the report after it are
     # the default study's tests'
-    study.run("--cores", "2", "--resources", "gpu=2", "results/tables/cells.csv", config=WITH_LONG)
+    study.run("results/tables/cells.csv", "--cores", "2", "--resources", "gpu=2", config=WITH_LONG)
     tables_after = pd.read_csv(study.workdir / "results/tables/cells.csv").set_index("cell")
     assert tables_after.loc[LONG, "status"] == "ok"
     pd.testing.assert_frame_equal(tables_after.loc[tables_before.index], tables_before)

@@ -123,10 +123,13 @@ def strategies(tables: Tables) -> str:
     workloads = sorted(ran["workload"].unique())
     for number in workloads[:LIST_LIMIT]:
         rows, every = ranked(table, number), table[table["workload"] == number]
-        best = rows.iloc[0]
-        runner_up = rows.iloc[1] if len(rows) > 1 else None
+        learners = rows[rows["fastest"].astype(bool)]  # the best ranked that learned (strategies.rank)
+        best = learners.iloc[0] if not learners.empty else rows.iloc[0]
+        after = rows[rows["rank"] > best["rank"]]
+        runner_up = after.iloc[0] if not after.empty else None
+        title = "fastest that fits" if not learners.empty else "no strategy learned; the fastest that ran"
         fastest = (
-            f"**{workload_label(best, keys)}**: fastest that fits: **{strategy_label(best, keys)}**, "
+            f"**{workload_label(best, keys)}**: {title}: **{strategy_label(best, keys)}**, "
             f"{stats.interval_text(stats.value(best, 'samples_per_s'), significant, ' samples/s')}"
             + (
                 f", {stats.interval_text(stats.value(best, 'vs_one_device'), unit='x')} one device"
@@ -140,6 +143,10 @@ def strategies(tables: Tables) -> str:
         notes = [f"- does not fit: {strategy_label(r, keys)}: {text(r['reason'])}" for _, r in unfit.iterrows()] + [
             f"- did not run: {strategy_label(r, keys)}: {text(r['status'])}, {text(r['reason'])}"
             for _, r in other.iterrows()
+        ]
+        notes += [
+            f"- did not learn, so no candidate however fast: {strategy_label(r, keys)} (see Cells that did not learn)"
+            for _, r in rows[rows["learned"].eq(False)].iterrows()
         ]
         sections.append(
             "\n\n".join(

@@ -9,6 +9,7 @@ import pytest
 from helpers.records import BUDGET_REASON, CURRENT, NCCL_REASON, strategy_grid, strategy_plan, write_records
 
 from dpstudy.analysis import collect
+from dpstudy.report import inventory
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +107,29 @@ def test_memory_spread_says_a_replica_holds_the_whole_state_and_fsdp_shards_it(t
     assert ddp["state_share"] == pytest.approx(1.0) and ddp["imbalance"] == pytest.approx(1.0)
     assert full["state_share"] == pytest.approx(0.5) and full["imbalance"] == pytest.approx(50 / 40)
     assert full["cells"] == 3 and full["baseline_state_mb"] == 40.0
+
+
+def test_a_strategy_that_did_not_learn_is_no_candidate_for_fastest_nor_party_to_accuracy(tmp_path):
+    records = strategy_grid()
+    why = "final test accuracy 10.0 % is chance for 10 classes (at most 12.0 % on 2,000 test images)"
+    flat = [r for r in records if r["spec"]["mode"] == "ddp" and r["spec"]["backend"] == "gloo"]
+    flat = [r for r in flat if r["status"] == "ok" and r["spec"]["batch"] == 64 and r["spec"]["gpus"] == 2]
+    assert flat
+    for rec in records:
+        rec["summary"].update(learned=rec not in flat, learned_reason=why if rec in flat else None)
+    tables = collect.summarise(collect.collect(write_records(tmp_path, records), CURRENT, strategy_plan(records)))
+    table = tables["strategies"]
+    ddp = strategy(table, mode="ddp", backend="gloo", global_batch=64)
+    assert ddp["rank"] == 1 and not ddp["learned"] and not ddp["fastest"]  # still the fastest measured
+    grad_op = strategy(table, mode="fsdp", shard="grad_op", global_batch=64)
+    assert grad_op["learned"] and grad_op["fastest"]  # the best ranked that learned
+    assert table.groupby("workload")["fastest"].sum().le(1).all()
+    settings = tables["settings"]
+    assert settings.loc[settings["setting"] == ddp["setting"], "learned"].item() is False
+    gaps = tables["comparisons"][tables["comparisons"]["kind"] == "accuracy"]
+    parties = " ".join(gaps["members"].astype(str)).split()
+    assert str(int(ddp["setting"])) not in parties and len(gaps) > 0
+    text = inventory.not_learned(tables["cells"])
+    assert text.startswith(f"**{len(flat)} finished cells did not learn.**")
+    assert all(f"`{r['cell']}`: {why}" in text for r in flat)
+    assert inventory.not_learned(tables["cells"].assign(learned=True)).startswith("Every finished cell learned")

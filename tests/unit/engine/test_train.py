@@ -71,8 +71,22 @@ def test_single_cell_writes_a_complete_record(data_root, tmp_path):
     assert rec["env"]["ranks"][0]["cores"] == (allowed[:2] if len(allowed) >= 2 else [])
     assert 0 < summary["startup_s"] < summary["total_s"]
     assert summary["final_test_acc"] == last["test_acc"]
+    assert summary["learned"] is True and summary["learned_reason"] is None
     assert proc.stdout.count("epoch ") == 2 and "test_acc" in proc.stdout
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_a_run_at_lr_80_is_ok_but_did_not_learn(data_root, tmp_path):
+    # The cell: it runs to the end (its throughput is a measurement) and says it learned nothing.
+    proc = train(spec_for(data_root, lr=80.0, epochs=2), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "ok" and rec["summary"]["learned"] is False
+    assert re.fullmatch(
+        r"training loss became nan in epoch 1|training loss rose from .*|"
+        r"final test accuracy \d+\.\d % is chance for 10 classes \(at most 12\.8 % on 1,000 test images\)",
+        rec["summary"]["learned_reason"],
+    ), rec["summary"]["learned_reason"]
 
 
 def test_same_seed_gives_identical_losses(synthetic_root, tmp_path):
