@@ -34,11 +34,11 @@ FLOOR_ADVICE = {
     ),
     "below the floor": (
         "**below it**: the reference workload varied more than the cells did, so on this machine the "
-        "floor bounds nothing; its two rates (tables/floor.csv) show which half moved, and the cells' "
+        "floor bounds nothing; its three rates (tables/floor.csv) show which part moved, and the cells' "
         "CV stands on its own."
     ),
     "high floor": (
-        f"**the floor itself is high** ({percent(HIGH_FLOOR, 1)} or more): this machine varies that much "
+        f"**on a high floor** ({percent(HIGH_FLOOR, 1)} or more): this machine varies that much "
         "on a fixed workload (a shared host, a VM whose CPUs drift), and no tool can do better here."
     ),
 }

@@ -358,7 +358,10 @@ def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
     assert "The largest single-device CV is within 2x of it: the cells vary about as much as the machine" in text
     high = {**floor, "floor_cv": 0.05}
     text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="high floor", **high))
-    assert "This machine's floor is 5.0 %" in text and "**the floor itself is high** (3.0 % or more)" in text
+    assert (
+        "This machine's floor is 5.0 %" in text
+        and "The largest single-device CV is **on a high floor** (3.0 % or more): this machine varies" in text
+    )
     text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="below the floor", **high))
     assert "The largest single-device CV is **below it**: the reference workload varied more than the cells" in text
     first = lambda t: t.index == t.index[0]  # noqa: E731
