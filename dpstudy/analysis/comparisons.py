@@ -70,7 +70,7 @@ def accuracy_gaps(settings: pd.DataFrame, accuracies: dict[int, pd.Series]) -> l
     devices or backend. All equal: the first against the last, never a setting against itself.
     A setting that did not learn is no party to an accuracy claim."""
     rows = settings.dropna(subset=["final_test_acc"])
-    rows = rows[rows["learned"].fillna(True).astype(bool)] if "learned" in rows else rows
+    rows = rows[rows["learned"].fillna(True).astype(bool)]
     out = []
     for _, group in rows.groupby(list(BASELINE_KEYS), dropna=False):
         if len(group) < 2:

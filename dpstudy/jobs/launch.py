@@ -179,7 +179,7 @@ class Launcher:
             code, over = timelimit.wait(self.child, None if job else self.args.limit_s, self.t0)
         if self.stopped_by is not None:
             return self.finish_stopped()
-        if over:
+        if over and not self.record_path.exists():  # a record written just before the stop stands
             self.write_record("failed", timelimit.reason(self.args.limit_s, time.time() - self.t0, Path(self.args.log)))
             return 0
         return self.finish(code)

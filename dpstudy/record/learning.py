@@ -19,10 +19,6 @@ import math
 CHANCE_SDS = 3.0  # how many binomial standard deviations above 1/classes still count as chance
 
 
-def percent(share: float) -> str:
-    return f"{100 * share:.1f} %"
-
-
 def chance_ceiling(classes: int, test_samples: int) -> float:
     """The highest test accuracy that is still chance for `classes` on `test_samples` images."""
     p = 1.0 / classes
@@ -50,7 +46,7 @@ def verdict(epochs: list[dict], classes: int, test_samples: int) -> tuple[bool, 
     ceiling = chance_ceiling(classes, test_samples)
     if classes > 1 and test_samples > 0 and last["test_acc"] <= ceiling:
         return False, (
-            f"final test accuracy {percent(last['test_acc'])} is chance for {classes} classes "
-            f"(at most {percent(ceiling)} on {test_samples:,} test images)"
+            f"final test accuracy {100 * last['test_acc']:.1f} % is chance for {classes} classes "
+            f"(at most {100 * ceiling:.1f} % on {test_samples:,} test images)"
         )
     return True, None

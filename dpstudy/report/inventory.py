@@ -101,8 +101,6 @@ def not_run(cells: pd.DataFrame) -> str:
 def not_learned(cells: pd.DataFrame) -> str:
     """The finished cells that did not learn (dpstudy.record.learning), each with why: their
     throughput stands, but they are no candidate for the fastest strategy nor party to accuracy."""
-    if "learned" not in cells:
-        return "No cell says whether it learned (records made before the verdict)."
     flat = cells[(cells["status"] == "ok") & (cells["learned"].astype("boolean") == False)]  # noqa: E712
     if flat.empty:
         return "Every finished cell learned: no loss went non-finite or rose, no accuracy stayed at chance."

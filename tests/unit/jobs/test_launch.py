@@ -202,6 +202,23 @@ def test_a_child_past_the_time_limit_is_stopped_and_recorded_failed_with_its_pro
     assert not alive(int((tmp_path / "cell/child.pid").read_text()))
 
 
+def test_a_record_written_before_the_limit_stands(tmp_path):
+    # The child finished its record, then lingered in teardown past the limit: the record is the truth.
+    done = record.make(
+        "c", "ok", None, SINGLE, {"torch": "t", "python": "p", "hostname": "h", "world_size": 1, "code_version": {}}
+    )
+    child = f"""
+        import sys, time
+        from dpstudy.record import fields as record
+        record.write(sys.argv[1] + "/record.json", {done!r})
+        time.sleep(600)
+    """
+    proc = start_launcher(tmp_path, child, extra=("--limit-s", "2"))
+    assert proc.wait(timeout=30) == 0
+    rec = record.read(tmp_path / "cell/record.json")
+    assert rec["status"] == "ok" and rec["reason"] is None
+
+
 def test_under_slurm_the_limit_is_slurms(tmp_path):
     # SLURM stops the job itself and the retry records it (test_a_retry_after_a_time_limit_...):
     # the launcher does not race it.
