@@ -131,7 +131,11 @@ class TorchLoader:
 # ---- loader: device --------------------------------------------------------------------------
 
 # Augmentation on the device draws every sample's parameters for the whole epoch in one call,
-# so a batch costs a slice and a few tensor ops, never per-sample Python work.
+# and gathers, augments and normalises a block of batches at once (BLOCK_BYTES of float images),
+# so a batch costs a slice, never per-sample Python work. Every step is per sample, so a block
+# gives the same values as batch by batch; on a GPU it cuts the ~25 kernel launches each batch
+# cost (19 % of LeNet's epoch on an H200, whose host launches ~150,000 operators a second).
+BLOCK_BYTES = 4 << 20  # small enough to stay in a CPU's cache between preparing and training
 
 
 def affine_params(n: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -235,18 +239,28 @@ class DeviceLoader:
     def __len__(self) -> int:
         return math.ceil(len(self.indices()) / self.batch)
 
+    def block_size(self) -> int:
+        """Samples prepared at once: whole batches, as many as fit BLOCK_BYTES, at least one."""
+        batch_bytes = self.batch * self.images[0].numel() * 4
+        return max(1, BLOCK_BYTES // max(1, batch_bytes)) * self.batch
+
+    def prepare(self, rows: torch.Tensor, params: torch.Tensor | None) -> torch.Tensor:
+        x = self.images[rows].float().div_(255)
+        if self.augment:
+            x = self.augment[1](x, params)
+        x = (x - self.mean) / self.std
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
     def __iter__(self) -> Iterator[Batch]:
         indices = self.indices().to(self.device)
         params = self.augment[0](len(indices), self.generator, self.device) if self.augment else None
-        for start in range(0, len(indices), self.batch):
-            chunk = indices[start : start + self.batch]
-            x = self.images[chunk].float().div_(255)
-            if self.augment:
-                x = self.augment[1](x, params[start : start + self.batch])
-            x = (x - self.mean) / self.std
-            if self.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            yield x, self.labels[chunk]
+        block = self.block_size()
+        for first in range(0, len(indices), block):
+            rows = indices[first : first + block]
+            x = self.prepare(rows, params[first : first + block] if self.augment else None)
+            labels = self.labels[rows]
+            for start in range(0, len(rows), self.batch):
+                yield x[start : start + self.batch], labels[start : start + self.batch]
 
 
 def make_loader(kind: str, images, labels, *, workers: int = 0, **kwargs):

@@ -116,3 +116,28 @@ def test_augmentations_keep_shapes_in_both_loaders(augment):
     for kind in ("torch", "device"):
         x, y = next(iter(loader(kind, Shard(0, 1), augment=augment)))
         assert x.shape == (16, 3, 8, 8) and y.shape == (16,)
+
+
+@pytest.mark.parametrize("augment", ["none", "affine", "crop_flip"])
+def test_device_loader_gives_the_same_batches_whatever_its_block(monkeypatch, augment):
+    # Blocks of every batch at once, of 2 batches (blocks of 40, 40, 16 samples) and of one
+    # batch each must give the same values: every step of the preparation is per sample.
+    from dpstudy.engine import loaders
+
+    PAIR = 2 * 20 * 3 * 8 * 8 * 4  # the bytes of two float batches of 20
+
+    def batches(block_bytes, channels_last=False):
+        monkeypatch.setattr(loaders, "BLOCK_BYTES", block_bytes)
+        dl = loader("device", Shard(0, 1), augment=augment, batch=20)
+        dl.channels_last = channels_last
+        dl.set_epoch(4)
+        expected = {0: 20, PAIR: 40, 1 << 30: (1 << 30) // (20 * 768) * 20}[block_bytes]  # 768 bytes a sample
+        assert dl.block_size() == expected
+        return list(dl)
+
+    whole, pairs, single = batches(1 << 30), batches(PAIR), batches(0)
+    assert [len(x) for x, _ in single] == [20, 20, 20, 20, 16]
+    for (xa, ya), (xb, yb), (xc, yc) in zip(whole, pairs, single, strict=True):
+        assert torch.equal(xa, xc) and torch.equal(xb, xc) and torch.equal(ya, yc) and torch.equal(yb, yc)
+    last = batches(PAIR, channels_last=True)[-1][0]
+    assert last.is_contiguous(memory_format=torch.channels_last) and torch.equal(last, single[-1][0])

@@ -44,9 +44,11 @@ def ops(ext_test_dir):
 # --- rgb_to_grayscale ---------------------------------------------------------------------------
 
 
-def test_grayscale_rounding_rule_on_every_rgb_triple(ops):
+@pytest.mark.parametrize("device", DEVICES)
+def test_grayscale_rounding_rule_on_every_rgb_triple(ops, device):
+    # On CUDA a plane of 4096 x 4096 takes the 16-pixel vector kernel.
     v = torch.arange(1 << 24, dtype=torch.int32)
-    images = torch.stack([v >> 16, (v >> 8) & 255, v & 255]).to(torch.uint8).view(3, 4096, 4096)
+    images = torch.stack([v >> 16, (v >> 8) & 255, v & 255]).to(torch.uint8).view(3, 4096, 4096).to(device)
     assert torch.equal(ops.rgb_to_grayscale(images), reference.rgb_to_grayscale(images))
 
 
@@ -78,6 +80,16 @@ def test_grayscale_accepts_non_contiguous_input(ops):
     images = torch.randint(0, 256, (2, 3, 8, 10), dtype=torch.uint8)
     for view in (images.contiguous(memory_format=torch.channels_last), images[..., ::2]):
         assert torch.equal(ops.rgb_to_grayscale(view), reference.rgb_to_grayscale(view))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("offset", [0, 1, 16])
+def test_grayscale_at_any_alignment(ops, device, offset):
+    # Planes of 32 x 32 pixels allow 16-byte vectors; an input starting 1 byte into its storage
+    # does not, and must take the per-pixel kernel with the same result.
+    storage = torch.randint(0, 256, (offset + 2 * 3 * 32 * 32,), dtype=torch.uint8, device=device)
+    images = storage[offset:].view(2, 3, 32, 32)
+    assert torch.equal(ops.rgb_to_grayscale(images), reference.rgb_to_grayscale(images))
 
 
 # --- conv2d -------------------------------------------------------------------------------------

@@ -273,6 +273,10 @@ def test_loader_benchmark_on_cpu_gives_the_item_its_figures():
     assert figures["speedup"] == pytest.approx(results["a"]["wall_s"] / results["c"]["wall_s"])
     assert figures["data_wait_share"] == pytest.approx(results["c"]["data_wait_s"] / results["c"]["wall_s"])
     assert "c_vs_bound" not in figures and loader.table(results)[2].startswith("| (a) | torch, 0 workers, affine |")
+    bound = {**results, "d": {**results["c"], "wall_s": results["a"]["wall_s"] / 11.08}}
+    result = measurements.loader_result(bound)
+    assert result["figures"]["c_vs_bound"] == pytest.approx(results["c"]["wall_s"] * 11.08 / results["a"]["wall_s"])
+    assert result["details"]["speedup"].endswith("; the bare step (d) bounds it at 11.1x")
 
 
 def test_junit_counts_and_the_tests_verdict(tmp_path):
