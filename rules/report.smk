@@ -1,10 +1,22 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
+import os
+
 TABLES = outputs.table_files()
 FIGURE_FILES = outputs.figure_files()
 # The microbenchmarks the study asks for (config `bench`), shown in the report.
 BENCH_FILES = [
     outputs.bench_csv(name) for name in outputs.BENCHMARKS if STUDY["bench"][name]
 ]
+
+
+# `--keep-going` (profiles/default sets it): collect, a local rule that inherits this, lists an
+# unreadable record and collects the rest, so the report is still made; without it collect stops
+# at that record. Read when the run starts (the settings are not known while the Snakefile is
+# parsed); an environment variable, not a param, so flipping the flag reruns nothing.
+onstart:
+    os.environ["DPSTUDY_KEEP_GOING"] = (
+        "1" if workflow.execution_settings.keep_going else "0"
+    )
 
 
 rule collect:

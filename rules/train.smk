@@ -34,6 +34,7 @@ rule train:
         mem_mb=cell_resource("mem_mb"),
         runtime=cell_resource("runtime"),
         limit_s=cell_resource("limit_s"),
+        collective_timeout_s=cell_resource("collective_timeout_s"),
         nodes=cell_resource("nodes"),
         tasks=cell_resource("tasks"),
         tasks_per_gpu=cell_resource("tasks_per_gpu"),
@@ -54,6 +55,7 @@ rule train:
         "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
         f" --out {outputs.CELLS_DIR}/{{wildcards.cell}} --log {{log:q}} --gpus {{resources.node_gpus}}"
         " --cores {resources.node_cores} --attempt {resources.attempt} --limit-s {resources.limit_s}"
+        " --collective-timeout-s {resources.collective_timeout_s}"
         " --allocator {params.allocator} {params.plan}"
 
 

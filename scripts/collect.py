@@ -5,11 +5,17 @@ scaling_settings, comparisons, summary, data_wait, memory, memory_accuracy, util
     python scripts/collect.py --records R1 R2 ... --out-dir results/tables [--comm comm.csv] [--memory-plan memory.csv]
                               [--floor results/floor/r0.json ...]
     python scripts/collect.py --records-from record_list.txt --out-dir results/tables
+
+A record that cannot be read (truncated, edited by hand) stops it with the file's name and the
+command that reruns exactly that cell; with --keep-going (or DPSTUDY_KEEP_GOING=1, which the
+workflow sets under `snakemake --keep-going`) the other records are collected and the unreadable
+ones are listed in unreadable.txt, which the report shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -38,6 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--comm", type=Path, help="comm_bench's comm.csv, for the scaling model (optional)")
     parser.add_argument("--memory-plan", type=Path, help="the memory plan CSV, predicted beside measured (optional)")
     parser.add_argument("--floor", nargs="*", default=[], help="the machine's floor runs (results/floor/r*.json)")
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        default=os.environ.get("DPSTUDY_KEEP_GOING") == "1",
+        help="list unreadable records in unreadable.txt and collect the rest (default: stop at the first)",
+    )
     return parser.parse_args(argv)
 
 
@@ -48,15 +60,18 @@ def main(argv: list[str] | None = None) -> int:
         paths += [line.strip() for line in args.records_from.read_text().splitlines() if line.strip()]
     if not paths:
         sys.exit("error: no records given (--records or --records-from)")
+    unreadable = [] if args.keep_going else None
     try:
         plan = pd.read_csv(args.memory_plan) if args.memory_plan and args.memory_plan.is_file() else None
-        tables = collect.collect(paths, code_version(), plan, factory_hash)
+        tables = collect.collect(paths, code_version(), plan, factory_hash, unreadable)
         floor = machine_floor.floor_table(args.floor)
     except RecordError as e:
         sys.exit(f"error: {e}")
+    for line in unreadable or []:
+        print(f"warning: left out (--keep-going): {line}", file=sys.stderr)
     comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None
     tables = collect.summarise(tables, comm, floor)
-    for path in tablefiles.write_tables(tables, args.out_dir):
+    for path in tablefiles.write_tables(tables, args.out_dir, unreadable or []):
         print(f"wrote {path}")
     return 0
 

@@ -25,6 +25,7 @@ def collect(
     current_code_version: dict[str, Any],
     plan: pd.DataFrame | None = None,
     factory_hash: FactoryHash | None = None,
+    unreadable: list[str] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """{"cells", "epochs", "ranks", "util", "memory_split"} tables from the records at
     `record_paths`; `plan` is the memory plan (dpstudy.jobs.memory_plan) or None.
@@ -33,9 +34,10 @@ def collect(
     `current_code_version["source_hash"]` (see dpstudy.record.provenance.code_version), or its
     user_hash from `factory_hash(model, code_path)`, the current hash of its model's factory
     (scripts/collect.py gives it; this module imports neither the models nor the training code).
-    A record that cannot be read or is not valid raises dpstudy.analysis.records.RecordError.
+    A record that cannot be read or is not valid raises dpstudy.analysis.records.RecordError, or,
+    given `unreadable` (a list), is left out and described there.
     """
-    records = read_records(record_paths)
+    records = read_records(record_paths, unreadable)
     cells = cells_table(records, current_code_version.get("source_hash"), factory_hash)
     return {
         "cells": cells,

@@ -47,15 +47,25 @@ def read_record(path: str) -> dict[str, Any]:
     return rec
 
 
-def read_records(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
-    """(path, record) for every path, validated; an unreadable one raises RecordError naming it."""
+def rerun_hint(path: str) -> str:
+    return f"rerun exactly that cell with `snakemake --cores 1 --forcerun {path}`"
+
+
+def read_records(paths: Iterable[str | Path], unreadable: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(path, record) for every path, validated. An unreadable one (truncated, edited by hand)
+    raises RecordError naming it and how to rerun it; with `unreadable` (a list) it is appended
+    there as that message instead, and the other records are read."""
     records, seen = [], {}
     for path in map(str, paths):
         try:
             rec = read_record(path)
         except (OSError, json.JSONDecodeError, ValidationError) as e:
             detail = e.message if isinstance(e, ValidationError) else str(e)
-            raise RecordError(f"{path}: not a valid record: {detail}") from None
+            message = f"{path}: not a valid record: {detail}; {rerun_hint(path)}"
+            if unreadable is None:
+                raise RecordError(message) from None
+            unreadable.append(message)
+            continue
         if rec["cell"] in seen:
             raise RecordError(f"{path}: cell {rec['cell']!r} already came from {seen[rec['cell']]}")
         seen[rec["cell"]] = path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpstudy.study.outputs import STALE_FILE, TABLES
+from dpstudy.study.outputs import STALE_FILE, TABLES, UNREADABLE_FILE
 from dpstudy.util.atomic import write_csv, write_text
 
 # Columns that are text however they look: space-separated setting numbers (one alone would read
@@ -32,15 +32,17 @@ def stale_records(cells: pd.DataFrame) -> list[str]:
     return cells.loc[cells["stale"].astype(bool), "record"].tolist()
 
 
-def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
-    """{name}.csv for every table and stale.txt (one record path per line; empty when none)."""
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, unreadable: list[str] = ()) -> list[Path]:
+    """{name}.csv for every table, stale.txt (one record path per line; empty when none) and
+    unreadable.txt (one line per record collect could not read; empty when none)."""
     out_dir = Path(out_dir)
     written = []
     for name, table in tables.items():
         write_csv(table, out_dir / f"{name}.csv")
         written.append(out_dir / f"{name}.csv")
     write_text(out_dir / STALE_FILE, "".join(f"{p}\n" for p in stale_records(tables["cells"])))
-    return written + [out_dir / STALE_FILE]
+    write_text(out_dir / UNREADABLE_FILE, "".join(f"{line}\n" for line in unreadable))
+    return written + [out_dir / STALE_FILE, out_dir / UNREADABLE_FILE]
 
 
 def read_tables(tables_dir: str | Path) -> dict[str, pd.DataFrame]:

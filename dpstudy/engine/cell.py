@@ -5,6 +5,7 @@ Every fault becomes a record (dpstudy.engine.outcome)."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import torch
@@ -14,6 +15,7 @@ from dpstudy.data import store as data
 from dpstudy.engine import memory, probe
 from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.cores import pin_to_cores, threads_per_process
+from dpstudy.engine.heartbeat import Heartbeat
 from dpstudy.engine.loaders import make_loader
 from dpstudy.engine.modes import Mode, Skip, plan, resolve_device
 from dpstudy.engine.monitor import UtilSampler
@@ -24,24 +26,35 @@ from dpstudy.record.envinfo import environment, rank_host
 from dpstudy.study import spec as specs
 
 
-def injected_fault(rank: int):
-    """Tests make one rank fail on purpose: DPSTUDY_INJECT_FAULT='oom|error|hang:RANK:EPOCH:STEP'
-    (hang: the rank stops answering, as a blocked data pipeline or a deadlock would)."""
-    setting = os.environ.get("DPSTUDY_INJECT_FAULT")
-    if not setting:
+def injected_fault(rank: int, cell: str):
+    """Tests make one rank fail on purpose: DPSTUDY_INJECT_FAULT='KIND:RANK:EPOCH:STEP[@TEXT]', several
+    separated by commas, each only in cells whose id contains TEXT (all without it). KIND is one of
+    oom, error, hang (the rank stops answering, as a blocked data pipeline or a deadlock would),
+    kill (SIGKILL, as the kernel's out-of-memory killer sends) or exit (os._exit(3), no cleanup)."""
+    faults = {}
+    for entry in filter(None, os.environ.get("DPSTUDY_INJECT_FAULT", "").split(",")):
+        where, _, only = entry.partition("@")
+        kind, at_rank, at_epoch, at_step = where.split(":")
+        if only in cell and int(at_rank) == rank:
+            faults[(int(at_epoch), int(at_step))] = kind
+    if not faults:
         return no_fault
-    kind, at_rank, at_epoch, at_step = setting.split(":")
 
-    def maybe_raise(epoch: int, step: int) -> None:
-        if (rank, epoch, step) == (int(at_rank), int(at_epoch), int(at_step)):
-            if kind == "oom":
-                raise torch.OutOfMemoryError(f"injected out-of-memory on rank {rank}")
-            if kind == "hang":
-                while True:
-                    time.sleep(60)
+    def maybe_fail(epoch: int, step: int) -> None:
+        kind = faults.get((epoch, step))
+        if kind == "oom":
+            raise torch.OutOfMemoryError(f"injected out-of-memory on rank {rank}")
+        if kind == "hang":
+            while True:
+                time.sleep(60)
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if kind == "exit":
+            os._exit(3)
+        if kind is not None:
             raise RuntimeError(f"injected error on rank {rank}")
 
-    return maybe_raise
+    return maybe_fail
 
 
 def load_datasets(spec: dict, par: Mode):
@@ -142,7 +155,8 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
     outcome.env = with_user_code(environment(par.world_size, par.device.type, threads, spec["nodes"]), spec)
     sampler = None
     try:
-        par.start()
+        par.start()  # every rank is here, so rank 0 cleared the old heartbeats (clear_previous)
+        heartbeat = Heartbeat(out_dir, par.rank)
         outcome.env["ranks"] = par.all_gather_objects({**rank_host(par.rank, par.local_rank), "cores": pinned})
         if par.world_size > 1:
             outcome.watch(par.rank)
@@ -162,11 +176,12 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
             model,
             log=lambda line: par.is_main and print(line, flush=True),
             build_replica=build,
-            fault=injected_fault(par.rank),
+            fault=injected_fault(par.rank, cell),
+            heartbeat=heartbeat,
         )
         sampler = UtilSampler(par.devices() if par.local_rank == 0 else []).start()
         outcome.startup_s = time.time() - t0
-        trainer.run(outcome.epochs.append)
+        outcome.stopped_early = trainer.run(outcome.epochs.append)
         outcome.util = sampler.stop()
         outcome.probe = probe.measure(trainer)
         with compiling_eager(trainer.compiled):  # the split the memory plan predicts: eager's

@@ -4,7 +4,9 @@ The ok path is rank 0's. When a rank faults (out of memory, or anything unexpect
 ranks are typically blocked inside a collective that will never complete, so the faulting rank
 writes the record itself (every rank holds the same all-reduced history), then drops a fault
 marker; a watchdog thread on every other rank sees it and ends that process with the agreed
-exit code. No rank waits on a collective timeout.
+exit code. No rank waits on a collective timeout. A rank whose collective failed because a peer
+died or stopped answering blames that peer, read off the ranks' heartbeats
+(dpstudy.engine.heartbeat), not itself.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from dpstudy.engine import heartbeat
 from dpstudy.record import fields as record
 from dpstudy.record import learning
 from dpstudy.record.envinfo import fallback_environment
@@ -65,6 +68,7 @@ class Outcome:
         self.startup_s: float | None = None
         self.classes: int | None = None  # of the data, and its test images: the learning verdict's chance
         self.test_samples = 0
+        self.stopped_early: str | None = None  # why training ended before its last epoch (Trainer.run)
         self._lock = threading.Lock()
         self._done = False
 
@@ -73,6 +77,8 @@ class Outcome:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.record_path.unlink(missing_ok=True)
         self.fault_path.unlink(missing_ok=True)
+        for old in heartbeat.folder(self.out_dir).glob("rank*"):
+            old.unlink(missing_ok=True)
 
     def write(self, status: str, reason: str | None = None) -> None:
         with self._lock:
@@ -92,6 +98,8 @@ class Outcome:
                 summary["learned"], summary["learned_reason"] = learning.verdict(
                     self.epochs, self.classes, self.test_samples
                 )
+        if self.stopped_early:
+            summary["stopped_early"] = self.stopped_early
         if self.spec.get("compile"):  # the steps and evaluation batches that compiled, never in samples_per_s
             summary["compile_s"] = sum(e.get("compile_s", 0.0) + e.get("eval_compile_s", 0.0) for e in self.epochs)
         nodes = self.spec["nodes"]
@@ -110,6 +118,9 @@ class Outcome:
                 return other["exit_code"]  # we only saw the consequence of another rank's fault
         status = "oom" if is_oom(error) else "failed"
         reason = f"rank {rank}: {summarise(error)}"
+        peer = heartbeat.culprit(self.out_dir, rank) if world_size > 1 and status == "failed" else None
+        if peer:  # this rank only saw the consequence
+            reason = f"{peer}; then {reason}"
         if status == "failed":
             traceback.print_exception(error)
         print(f"[dpstudy] {status}: {reason}", flush=True)

@@ -4,6 +4,7 @@ Running a cell around it (seeds, data, the record) is dpstudy.engine.cell's."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 
 from dpstudy.engine.compiling import compiler_errors, timed_compile
 from dpstudy.engine.compiling import eager as compiling_eager
+from dpstudy.engine.heartbeat import BACKWARD, EVALUATING, FORWARD, LOADING, NoHeartbeat
 from dpstudy.engine.modes import Mode
 from dpstudy.engine.monitor import HostLoad, peak_memory_mb, reset_peaks
 from dpstudy.study import spec as specs
@@ -63,9 +65,11 @@ class Trainer:
         log=print,
         build_replica: Callable[[], nn.Module] | None = None,
         fault=no_fault,
+        heartbeat=None,
     ):
         """`build_replica` makes another model like `model` on its device (the FSDP probe times an
-        unsharded one); `fault(epoch, step)` is called before each step (tests inject failures)."""
+        unsharded one); `fault(epoch, step)` is called before each step (tests inject failures);
+        `heartbeat` (dpstudy.engine.heartbeat) hears of every phase of every step."""
         self.spec, self.par, self.log = spec, par, log
         self.train_data, self.test_data = train_data, test_data
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])
@@ -81,6 +85,7 @@ class Trainer:
         )
         self.scaler = torch.amp.GradScaler(par.device.type, enabled=spec["precision"] == "fp16")
         self.fault = fault
+        self.heartbeat = heartbeat or NoHeartbeat()
         self.window = SteadyWindow(spec["warmup_steps"])
         self.host = HostLoad()
         self.sample: torch.Tensor | None = None  # one training input, for evaluate's extra forwards
@@ -94,6 +99,7 @@ class Trainer:
             with self.autocast():
                 logits = self.model(x)
                 loss = F.cross_entropy(logits.float(), y)  # FSDP's bf16/fp16 logits: the loss in fp32
+            self.heartbeat.beat(BACKWARD)  # where DDP and FSDP wait for their peers
             self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -110,7 +116,9 @@ class Trainer:
         start = time.perf_counter()
         self.window.open_epoch(start)
         batches = iter(self.train_data)
+        self.heartbeat.epoch(epoch, len(self.train_data))
         while True:
+            self.heartbeat.beat(LOADING, steps + 1)
             before = time.perf_counter()
             try:
                 x, y = next(batches)
@@ -120,6 +128,7 @@ class Trainer:
             steps += 1
             if self.sample is None:
                 self.sample = x[:1]
+            self.heartbeat.beat(FORWARD)
             self.fault(epoch, steps)
             with timed_compile(self.compiled, self.par) as compiling:
                 batch_loss, batch_correct = self.step(x, y)
@@ -157,6 +166,7 @@ class Trainer:
         """The whole test set exactly once: ranks take disjoint shards, sums are all-reduced. A
         compiled model is evaluated eagerly (compiling.eager): the same function, no eval-mode
         graphs to compile, and evaluation is never part of the throughput."""
+        self.heartbeat.beat(EVALUATING)
         with compiling_eager(self.compiled), torch.no_grad():
             return self.evaluate_once()
 
@@ -192,14 +202,25 @@ class Trainer:
     def comm(self, t: torch.Tensor) -> torch.Tensor:
         return t.to(self.par.comm_device())
 
-    def run(self, on_epoch) -> None:
-        devices = self.par.devices()
-        for epoch in range(1, self.spec["epochs"] + 1):
+    def run(self, on_epoch) -> str | None:
+        """Train every epoch, or up to the first with a loss that is not finite (stop_on_divergence:
+        the train loss is all-reduced, so every rank stops at the same epoch); returns why it
+        stopped early, else None."""
+        devices, epochs = self.par.devices(), self.spec["epochs"]
+        for epoch in range(1, epochs + 1):
             reset_peaks(devices)
             result = {"epoch": epoch, **self.train_epoch(epoch), **self.evaluate()}
             result["peak_mem_mb"] = self.par.all_gather_floats(peak_memory_mb(devices))
             on_epoch(result)
-            self.log(progress_line(result, self.spec["epochs"]))
+            self.log(progress_line(result, epochs))
+            if self.spec.get("stop_on_divergence", True) and not math.isfinite(result["train_loss"]) and epoch < epochs:
+                why = (
+                    f"training loss became {result['train_loss']} in epoch {epoch}: the remaining "
+                    f"{epochs - epoch} of {epochs} epochs were not run (stop_on_divergence)"
+                )
+                self.log(f"[dpstudy] {why}")
+                return why
+        return None
 
 
 def progress_line(e: dict, epochs: int) -> str:

@@ -19,8 +19,10 @@ The train rule execs this (G and C per node). It
   SIGHUP (a cancelled job, a time limit, Ctrl-C) it stops the child and leaves no record: the
   cell is not finished and the next run reruns it;
 - writes a failed record when the child ends without one (the kernel killed a rank, torchrun
-  failed), so the report lists the cell with the reason instead of losing it, and the skipped
-  record of a cell that needs CUDA when its job reserved no GPU, without starting torch;
+  failed; which rank and how: dpstudy.jobs.exits), so the report lists the cell with the reason
+  instead of losing it, and the skipped record of a cell that needs CUDA when its job reserved no
+  GPU, without starting torch;
+- passes the study's collective timeout to every rank (--collective-timeout-s);
 - on a retry (attempt > 1) after SLURM stopped the previous attempt at its time or memory limit,
   writes a failed record with SLURM's reason instead of training again (the cluster profiles
   set `retries: 1` for this). A cancelled previous attempt ends the job without a record.
@@ -42,8 +44,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+from dpstudy.jobs import exits, memory_plan, slurm, timelimit
 from dpstudy.jobs import gpus as gpu_pool
-from dpstudy.jobs import memory_plan, slurm, timelimit
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
@@ -97,12 +99,6 @@ def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allo
     ]
 
 
-def describe_exit(code: int) -> str:
-    if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
-
-
 class Launcher:
     def __init__(self, args: argparse.Namespace, log: IO[str]):
         self.args, self.log = args, log
@@ -134,6 +130,9 @@ class Launcher:
             return self.train()
         except Stopped:
             return self.finish_stopped()
+        except OSError as error:  # e.g. the results disk full: the job fails with the OS's words, no record
+            self.say(f"stopped by an OS error: {error}; no record, the next run reruns this cell")
+            return 1
 
     # ---- the training run -------------------------------------------------------------------
 
@@ -158,6 +157,8 @@ class Launcher:
         argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
         with gpu_pool.job_environment(self.args.gpus, say=self.say) as env:
             env = memory.environment(env)  # every rank: torchrun and srun pass it on
+            if self.args.collective_timeout_s:  # read by dpstudy.engine.modes.distributed
+                env["DPSTUDY_COLLECTIVE_TIMEOUT_S"] = str(self.args.collective_timeout_s)
             self.say(f"allocator: {memory.describe()}")
             write_json(
                 self.out / ATTEMPT_FILE,
@@ -180,7 +181,8 @@ class Launcher:
         if self.stopped_by is not None:
             return self.finish_stopped()
         if over and not self.record_path.exists():  # a record written just before the stop stands
-            self.write_record("failed", timelimit.reason(self.args.limit_s, time.time() - self.t0, Path(self.args.log)))
+            ran = time.time() - self.t0
+            self.write_record("failed", timelimit.reason(self.args.limit_s, ran, Path(self.args.log), self.out))
             return 0
         return self.finish(code)
 
@@ -191,10 +193,7 @@ class Launcher:
             return 0
         if self.stopped_by is not None:  # stopped while waiting: the job is being torn down
             return self.finish_stopped()
-        reason = f"the training processes ended ({describe_exit(code)}) without writing a record; see train.log"
-        if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
-            reason += " (SIGKILL: the kernel's out-of-memory killer?)"
-        self.write_record("failed", reason)
+        self.write_record("failed", exits.reason(code, Path(self.args.log), self.out))
         return 0
 
     def finish_stopped(self) -> int:
@@ -215,13 +214,13 @@ class Launcher:
 
     def write_record(self, status: str, reason: str) -> None:
         """The record of a cell that ended here, without a training process to write it."""
-        self.say(f"cell {status}: {reason}")
         nodes = self.spec["nodes"]
         env = fallback_environment(processes_per_node(self.spec) * nodes, nodes)
         record.write(
             self.record_path,
             record.make(self.args.cell, status, reason, self.spec, env, summary={"total_s": time.time() - self.t0}),
         )
+        self.say(f"cell {status}: {reason}")
 
     # ---- retries ----------------------------------------------------------------------------
 
@@ -274,6 +273,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cores", type=int, required=True, help="CPU cores of the cell per node")
     parser.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt number (retries)")
     parser.add_argument("--limit-s", type=float, help="wall-time limit of the job in seconds (default: none)")
+    parser.add_argument(
+        "--collective-timeout-s", type=float, help="timeout of the ranks' collectives (default: torch's)"
+    )
     parser.add_argument("--memory-plan", help="the memory plan CSV (dpstudy.jobs.memory_plan)")
     parser.add_argument(
         "--allocator", choices=allocator.CHOICES, default="auto", help="the study's allocator (dpstudy.util.allocator)"

@@ -6,7 +6,9 @@ collective waiting for a dead peer) would hold its cores until Gloo's 30-minute 
 ever. Outside SLURM the launcher waits for its child until the limit, counted from the launcher's
 own start, then stops it: SIGTERM (torchrun hands it to its ranks), SIGKILL after GRACE_S, and the
 ranks go with torchrun (dpstudy.util.lifeline). The cell's record is `failed` with the limit, the
-time it ran and the last progress line its log shows; the other cells of the study go on.
+time it ran, the last progress line its log shows and, from the ranks' heartbeats
+(dpstudy.engine.heartbeat), the rank furthest behind, where, and how long it has been silent; the
+other cells of the study go on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+
+from dpstudy.engine import heartbeat
 
 GRACE_S = 10.0  # from SIGTERM to SIGKILL: time for torchrun to stop its ranks
 PROGRESS_MARK = "epoch "  # the engine's progress lines: "epoch 1/3 ..."
@@ -61,11 +65,16 @@ def last_progress(log: Path) -> str | None:
     return found[-1] if found else None
 
 
-def reason(limit_s: float, ran_s: float, log: Path) -> str:
-    """The failed record's reason for a cell the limit stopped."""
+def reason(limit_s: float, ran_s: float, log: Path, out_dir: Path) -> str:
+    """The failed record's reason for a cell the limit stopped (its ranks' heartbeats in `out_dir`)."""
     progress = last_progress(log)
+    beats = heartbeat.read(out_dir)
+    ranks = heartbeat.laggard(beats) if len(beats) > 1 else None
+    if len(beats) == 1:
+        ranks = f"the process {beats[0].where()}, {heartbeat.silent(beats[0], time.time())}"
     return (
         f"stopped at its time limit of {duration(limit_s)} (resources.runtime_min) after {duration(ran_s)}; "
         + (f"last progress: {progress}" if progress else "no epoch finished")
+        + (f"; {ranks}" if ranks else "")
         + "; see train.log"
     )

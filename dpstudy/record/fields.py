@@ -63,6 +63,8 @@ OPTIONAL_SUMMARY_FIELDS = {
     # whether the run learned, and why not (dpstudy.record.learning); status stays ok either way
     "learned": {"type": "boolean"},
     "learned_reason": {"type": ["string", "null"]},
+    # why training ended before its last epoch (stop_on_divergence), if it did
+    "stopped_early": {"type": ["string", "null"]},
 }
 
 # The split of a step's peak (dpstudy.engine.memory), in MB; their sum is peak_mb.

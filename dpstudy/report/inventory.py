@@ -104,7 +104,11 @@ def not_learned(cells: pd.DataFrame) -> str:
     flat = cells[(cells["status"] == "ok") & (cells["learned"].astype("boolean") == False)]  # noqa: E712
     if flat.empty:
         return "Every finished cell learned: no loss went non-finite or rose, no accuracy stayed at chance."
-    lines = [f"- {code(r.cell)}: {text(r.learned_reason)}" for r in flat.itertuples()]
+    stopped = flat["stopped_early"] if "stopped_early" in flat else pd.Series(None, index=flat.index)
+    lines = [
+        f"- {code(r.cell)}: {text(r.learned_reason)}" + ("" if pd.isna(why) else " (stopped there: stop_on_divergence)")
+        for r, why in zip(flat.itertuples(), stopped, strict=True)
+    ]
     return (
         f"**{len(flat)} finished {'cell' if len(flat) == 1 else 'cells'} did not learn.** Their throughput is "
         "measured as any other's, but the accuracy comparisons leave them out and no strategy that "
@@ -123,6 +127,20 @@ def stale(cells: pd.DataFrame, stale_file: str) -> str:
     count = "1 cell was" if len(old) == 1 else f"{len(old)} cells were"
     return f"**{count} made with older training code (stale):** {names}. Rerun with\n\n" + code_block(
         RERUN.format(stale=stale_file)
+    )
+
+
+def unreadable(unreadable_file: str) -> str:
+    """The records collect left out under `snakemake --keep-going` (unreadable.txt), each with
+    what was wrong and the command that reruns it; empty when there were none."""
+    path = Path(unreadable_file)
+    lines = [line for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    if not lines:
+        return ""
+    return (
+        f"**{plural(len(lines), 'record')} could not be read** and {'is' if len(lines) == 1 else 'are'} "
+        "left out of every table and figure (collected with `--keep-going`):\n\n"
+        + "\n".join(f"- {text(line)}" for line in lines)
     )
 
 

@@ -40,6 +40,7 @@ TABLES = (
     "floor",
 )
 STALE_FILE = "stale.txt"
+UNREADABLE_FILE = "unreadable.txt"  # records collect could not read (--keep-going), one per line
 # The one list of figure files: dpstudy.report.figures draws each with the function named after it
 # (scaling.png: scaling), and the Snakefile names the figure rule's outputs from it without matplotlib.
 FIGURES = (
@@ -80,7 +81,8 @@ def floor_path(repeat: int | str) -> str:
 
 
 def table_files() -> list[str]:
-    return [f"{TABLES_DIR}/{name}.csv" for name in TABLES] + [f"{TABLES_DIR}/{STALE_FILE}"]
+    lists = [f"{TABLES_DIR}/{name}" for name in (STALE_FILE, UNREADABLE_FILE)]
+    return [f"{TABLES_DIR}/{name}.csv" for name in TABLES] + lists
 
 
 def figure_files() -> list[str]:

@@ -62,6 +62,8 @@ def train_resources(spec: dict[str, Any], job: dict[str, Any], gpus: bool) -> di
         "mem_mb": processes_per_node(spec) * job["mem_mb_per_process"] + job["mem_mb_per_job"],
         "runtime": math.ceil(job["runtime_min"]),  # schedulers take whole minutes
         "limit_s": round(60 * job["runtime_min"]),  # the launcher's own limit (dpstudy.jobs.timelimit)
+        # how long a collective waits for a silent peer (init_process_group), within the limit
+        "collective_timeout_s": max(1, round(60 * min(job["collective_timeout_min"], job["runtime_min"] / 2))),
         "nodes": nodes,
         "tasks": nodes if several or not gpus else None,
         "tasks_per_gpu": 0 if gpus and several else None,

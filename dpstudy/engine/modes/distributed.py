@@ -4,6 +4,7 @@ each joins the process group, and sums, gathers and BatchNorm statistics cross i
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import ClassVar
 
 import torch
@@ -24,6 +25,9 @@ class ProcessGroupMode(Mode):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         kwargs = {"device_id": self.device} if self.backend == "nccl" else {}
+        timeout = os.environ.get("DPSTUDY_COLLECTIVE_TIMEOUT_S")  # the study's, from the launcher
+        if timeout:
+            kwargs["timeout"] = timedelta(seconds=float(timeout))
         dist.init_process_group(self.backend, rank=self.rank, world_size=self.world_size, **kwargs)
         self.initialized = True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -146,6 +147,7 @@ def test_stale_cells_listed_for_forcerun(tmp_path):
         "util.csv",
         "memory_split.csv",
         "stale.txt",
+        "unreadable.txt",
     }
     assert (tmp_path / "tables" / "stale.txt").read_text() == f"{paths[1]}\n"
     current = collect.collect(paths, {"git_commit": None, "source_hash": "old000000000"})
@@ -216,6 +218,22 @@ def test_cli_reads_a_record_list_and_reports_bad_files(tmp_path):
         [*script, "--records", str(bad), "--out-dir", str(tmp_path / "t2")], capture_output=True, text=True
     )
     assert run.returncode != 0 and str(bad) in run.stderr and not (tmp_path / "t2" / "cells.csv").exists()
+    assert f"rerun exactly that cell with `snakemake --cores 1 --forcerun {bad}`" in run.stderr
+    # --keep-going (the workflow's: DPSTUDY_KEEP_GOING=1): the rest collected, the bad one listed
+    for flag, env in ((["--keep-going"], {}), ([], {"DPSTUDY_KEEP_GOING": "1"})):
+        out = tmp_path / f"t3{len(flag)}"
+        run = subprocess.run(
+            [*script, "--records", str(bad), *map(str, paths), "--out-dir", str(out), *flag],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        )
+        assert run.returncode == 0, run.stderr
+        assert len(pd.read_csv(out / "cells.csv")) == len(paths)
+        (line,) = (out / "unreadable.txt").read_text().splitlines()
+        assert line.startswith(f"{bad}: not a valid record: ") and line.endswith(f"--forcerun {bad}`")
+        assert f"warning: left out (--keep-going): {line}" in run.stderr
+    assert (tmp_path / "tables" / "unreadable.txt").read_text() == ""  # none unreadable: an empty list
 
 
 def test_multi_node_cells_count_every_device_of_the_world(tmp_path):

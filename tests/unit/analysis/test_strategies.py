@@ -117,6 +117,7 @@ def test_a_strategy_that_did_not_learn_is_no_candidate_for_fastest_nor_party_to_
     assert flat
     for rec in records:
         rec["summary"].update(learned=rec not in flat, learned_reason=why if rec in flat else None)
+    flat[0]["summary"]["stopped_early"] = "training loss became nan in epoch 1: ... (stop_on_divergence)"
     tables = collect.summarise(collect.collect(write_records(tmp_path, records), CURRENT, strategy_plan(records)))
     table = tables["strategies"]
     ddp = strategy(table, mode="ddp", backend="gloo", global_batch=64)
@@ -132,4 +133,6 @@ def test_a_strategy_that_did_not_learn_is_no_candidate_for_fastest_nor_party_to_
     text = inventory.not_learned(tables["cells"])
     assert text.startswith(f"**{len(flat)} finished cells did not learn.**")
     assert all(f"`{r['cell']}`: {why}" in text for r in flat)
+    assert f"`{flat[0]['cell']}`: {why} (stopped there: stop_on_divergence)" in text
+    assert text.count("stop_on_divergence") == 1
     assert inventory.not_learned(tables["cells"].assign(learned=True)).startswith("Every finished cell learned")

@@ -89,6 +89,21 @@ def test_a_run_at_lr_80_is_ok_but_did_not_learn(data_root, tmp_path):
     ), rec["summary"]["learned_reason"]
 
 
+def test_a_diverging_run_stops_after_the_epoch_its_loss_went_non_finite(data_root, tmp_path):
+    # stop_on_divergence (default): the loss is nan after epoch 1, so epochs 2 and 3 are not run.
+    proc = train(spec_for(data_root, lr=1e8, epochs=3), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    summary = rec["summary"]
+    assert rec["status"] == "ok" and summary["learned"] is False
+    assert summary["learned_reason"] == "training loss became nan in epoch 1"
+    assert [e["epoch"] for e in rec["epochs"]] == [1] and summary["samples_per_s"] > 0
+    assert summary["stopped_early"] == (
+        "training loss became nan in epoch 1: the remaining 2 of 3 epochs were not run (stop_on_divergence)"
+    )
+    assert "[dpstudy] training loss became nan in epoch 1" in proc.stdout
+
+
 def test_same_seed_gives_identical_losses(synthetic_root, tmp_path):
     losses = []
     for run in ("a", "b"):
@@ -158,12 +173,42 @@ def test_a_hung_rank_is_stopped_at_the_time_limit_with_all_its_processes(data_ro
     rec = record.read(out / "record.json")
     assert rec["status"] == "failed" and re.fullmatch(
         r"stopped at its time limit of 30 s \(resources.runtime_min\) after (3\d|4[0-4]) s; "
-        r"last progress: epoch 1/3 train_loss .* samples/s; see train.log",
+        r"last progress: epoch 1/3 train_loss .* samples/s; "
+        # the heartbeats: rank 1 hung before its forward pass, rank 0 waits in its all-reduce
+        r"rank 1 at epoch 2, step 1 of (?P<steps>\d+), in forward, silent for (1\d|2\d|3\d) s "
+        r"\(rank 0 at epoch 2, step 1 of (?P=steps), in backward or the optimizer step\); see train.log",
         rec["reason"],
     ), rec["reason"]
     assert 30 <= proc.seconds < 30 + 15  # SIGTERM to torchrun, its ranks with it
     leftover = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert leftover == [], "processes of the stopped cell still run"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (root only), unmounted after the test."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.mark.slow
+def test_a_full_results_disk_fails_the_job_with_the_os_error_and_leaves_no_record(data_root, tmp_path, small_disk):
+    # 14 of the disk's 16 pages filled: the launcher's attempt.json and rank 0's heartbeat take the
+    # last two, so the record is what finds the disk full.
+    (small_disk / "fill").write_bytes(b"\0" * 14 * 4096)
+    spec, out, log = spec_for(data_root, epochs=1), small_disk / "cell", tmp_path / "train.log"
+    proc = launch(spec, out, log=log, timeout=120)
+    assert proc.returncode == 1, proc.log
+    assert "stopped by an OS error: [Errno 28] No space left on device; no record" in proc.log
+    assert sorted(p.name for p in out.iterdir()) == ["attempt.json", "heartbeat"]  # nothing half-written
+    (small_disk / "fill").unlink()  # space freed: the next run finishes
+    assert launch(spec, out, log=log, timeout=120).returncode == 0
+    assert record.read(out / "record.json")["status"] == "ok"
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ SPEC = complete(
 
 def properties(spec=SPEC, gpus=True, **extra) -> dict:
     """What Snakemake writes into a job script for a train job of `spec` (None resources dropped)."""
-    job = {"mem_mb_per_process": 3000, "mem_mb_per_job": 0, "runtime_min": 90}
+    job = {"mem_mb_per_process": 3000, "mem_mb_per_job": 0, "runtime_min": 90, "collective_timeout_min": 5}
     res = {k: v for k, v in train_resources(spec, job, gpus).items() if v is not None}
     return {"rule": "train", "wildcards": {"cell": "c1"}, "threads": 4, "resources": {**res, **extra}}
 

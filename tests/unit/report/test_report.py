@@ -582,3 +582,20 @@ def test_cell_listing_is_capped_with_a_pointer_to_the_csv(many_lrs):
     listing = inventory.cell_listing(many_lrs["cells"])
     assert listing.count("\n| `synthetic-lenet") == 40
     assert "... and 20 more finished cells: `results/tables/cells.csv` has every cell." in listing
+
+
+def test_records_collect_could_not_read_are_listed_with_how_to_rerun_them(tmp_path):
+    listing = tmp_path / "unreadable.txt"
+    listing.write_text("")
+    assert inventory.unreadable(str(listing)) == "" and inventory.unreadable(str(tmp_path / "none.txt")) == ""
+    lines = [
+        "results/cells/a/record.json: not a valid record: Expecting value: line 1 column 1 (char 0); "
+        "rerun exactly that cell with `snakemake --cores 1 --forcerun results/cells/a/record.json`",
+        "results/cells/b/record.json: not a valid record: 'done' is not one of ['ok']; rerun ...",
+    ]
+    listing.write_text("\n".join(lines) + "\n")
+    shown = inventory.unreadable(str(listing))
+    assert shown.startswith("**2 records could not be read** and are left out of every table and figure")
+    assert shown.count("\n- ") == 2 and "results/cells/a/record.json" in shown and "--forcerun" in shown
+    listing.write_text(lines[0] + "\n")
+    assert inventory.unreadable(str(listing)).startswith("**1 record could not be read** and is left out")

@@ -55,11 +55,13 @@ def test_sweep_resources_override_the_study_and_defaults_fill_the_rest():
         "mem_mb_per_process": 3000,
         "mem_mb_per_job": 1000,
         "runtime_min": 5,
+        "collective_timeout_min": 5,
     }
     assert by_id["synthetic-lenet-single-g1-b32-none"].resources == {
         "mem_mb_per_process": 3000,
         "mem_mb_per_job": 1000,
         "runtime_min": 60,
+        "collective_timeout_min": 5,
     }
 
 
@@ -181,6 +183,7 @@ def test_one_node_gpu_job_asks_for_its_gpus_and_cores_per_gpu():
         "mem_mb": 7000,
         "runtime": 5,
         "limit_s": 300,
+        "collective_timeout_s": 150,
         "nodes": 1,
         "node_gpus": 2,
         "node_cores": 2,
@@ -190,9 +193,10 @@ def test_one_node_gpu_job_asks_for_its_gpus_and_cores_per_gpu():
 def test_a_fractional_runtime_asks_schedulers_for_whole_minutes_and_the_launcher_for_seconds():
     cell = cells()["synthetic-lenet-ddp-g2-b64-gloo"]
     resources = train_resources(cell.spec, {**cell.resources, "runtime_min": 0.25}, False)
-    assert (resources["runtime"], resources["limit_s"]) == (1, 15)
+    # collectives wait at most half the limit: 7.5 s here, the default 5 min below
+    assert (resources["runtime"], resources["limit_s"], resources["collective_timeout_s"]) == (1, 15, 8)
     resources = train_resources(cell.spec, {**cell.resources, "runtime_min": 90.5}, False)
-    assert (resources["runtime"], resources["limit_s"]) == (91, 5430)
+    assert (resources["runtime"], resources["limit_s"], resources["collective_timeout_s"]) == (91, 5430, 300)
 
 
 def test_cpu_job_asks_for_one_task_with_a_core_per_process():
@@ -202,6 +206,7 @@ def test_cpu_job_asks_for_one_task_with_a_core_per_process():
         "mem_mb": 7000,
         "runtime": 5,
         "limit_s": 300,
+        "collective_timeout_s": 150,
         "nodes": 1,
         "tasks": 1,
         "node_gpus": 0,
@@ -218,6 +223,7 @@ def test_multi_node_job_runs_a_task_per_node_with_gpus_per_node():
         "mem_mb": 7000,
         "runtime": 5,
         "limit_s": 300,
+        "collective_timeout_s": 150,
         "nodes": 2,
         "tasks": 2,
         "tasks_per_gpu": 0,
@@ -230,6 +236,7 @@ def test_multi_node_job_runs_a_task_per_node_with_gpus_per_node():
         "mem_mb": 4000,
         "runtime": 5,
         "limit_s": 300,
+        "collective_timeout_s": 150,
         "nodes": 2,
         "tasks": 2,
         "mpi": "srun",
