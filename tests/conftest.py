@@ -65,7 +65,11 @@ def ext_test_dir() -> Path:
 
 # A test module is one unit of work; modules that share a session fixture too costly to make twice
 # are one unit together.
-SHARED = {"tests/e2e/test_default_study.py": "default_study", "tests/e2e/test_reruns.py": "default_study"}
+SHARED = {
+    "tests/e2e/test_default_study.py": "default_study",
+    "tests/e2e/test_reruns.py": "default_study",
+    "tests/e2e/test_faults.py": "default_study",
+}
 # The longest units first, so that no worker starts one of them when the other is nearly done.
 FIRST = ("default_study", "tests/e2e/test_cluster.py", "tests/e2e/test_own_model.py", "tests/e2e/test_setup.py")
 

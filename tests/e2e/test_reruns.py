@@ -220,12 +220,13 @@ def test_a_killed_job_leaves_no_record_no_rank_and_the_rerun_runs_just_it(defaul
         assert wait_until_gone(ranks, 5) == [], "ranks kept training after their process group was killed"
         time.sleep(2)
         assert not long_record.exists()
-        # Snakemake interrupted as a user does (Ctrl-C: SIGINT) and as a scheduler or `kill` does
-        # (SIGTERM): it stops its jobs, the launcher its ranks; nothing is left, no record written.
+        # Snakemake interrupted as a terminal's Ctrl-C does (SIGINT to its process group) and as
+        # `kill -- -PGID` or a service manager does (SIGTERM to the group): the launcher stops its
+        # ranks and Snakemake, which waits for its running jobs, ends; no record is written.
         for stop in (signal.SIGINT, signal.SIGTERM):
             study.run("--unlock", config=WITH_LONG)
             proc, ranks = start_long_cell(study)
-            os.kill(proc.pid, stop)
+            os.killpg(proc.pid, stop)
             assert proc.wait(timeout=60) != 0
             assert wait_until_gone(ranks, 10) == [], f"ranks outlived Snakemake's {stop.name}"
             assert wait_until_gone(long_cell_processes(study), 10) == []
