@@ -43,6 +43,13 @@ CELLS = plan(WITH_FAULTS, user_check=None, visible_gpus=0, capabilities=[]).cell
 (HUNG,), (KILLED,), (DIVERGING,) = ([c.id for c in CELLS if c.sweep == s["name"]] for s in FAULT_SWEEPS)
 DEFAULT_CELLS = sorted(c.id for c in CELLS if c.sweep == DEFAULT["sweeps"][0]["name"])
 TRUNCATED = DEFAULT_CELLS[0]
+# A cell run alone afterwards with its folder on a 64 KiB tmpfs that is nearly full.
+DISK_SWEEP = {"name": "disk", "grid": {"mode": ["single"], "batch": [64]}, "set": {"epochs": 1, "repeats": 1}}
+WITH_DISK = {
+    **WITH_FAULTS,
+    "sweeps": [*WITH_FAULTS["sweeps"], {"dataset": "synthetic", "model": "lenet", **DISK_SWEEP}],
+}
+(DISK,) = [c.id for c in plan(WITH_DISK, user_check=None, visible_gpus=0, capabilities=[]).cells if c.sweep == "disk"]
 INJECTED = {"DPSTUDY_INJECT_FAULT": f"hang:1:1:3@{HUNG},kill:1:1:3@{KILLED}"}
 RUN = ("--cores", "2", "--resources", "gpu=2")
 
@@ -53,9 +60,36 @@ class Faults:
     strict: subprocess.CompletedProcess  # up to the tables, without --keep-going
     strict_collect_log: str
     lenient: subprocess.CompletedProcess  # to the report, with --keep-going
+    disk_full: subprocess.CompletedProcess | None  # DISK's job on the full tmpfs (None: no tmpfs here)
+    left_on_disk: list[str]  # what the full disk held after it
+    disk_freed: subprocess.CompletedProcess | None  # the next run, after space was freed
+    disk_record: dict | None  # the record it wrote
 
     def record(self, cell: str) -> dict:
         return json.loads((self.workdir / f"results/cells/{cell}/record.json").read_text())
+
+
+def on_a_full_disk(workdir: Path, env: dict) -> tuple:
+    """DISK's job with its folder on a 64 KiB tmpfs holding 13 pages of other data (3 free: the
+    log, attempt.json and the heartbeat take them), then again with the space freed:
+    (the full run, what the folder held then, the run after, its record). Nones without a tmpfs
+    (not root)."""
+    folder = workdir / f"results/cells/{DISK}"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        return None, [], None, None
+    try:
+        (folder / "other-data").write_bytes(b"\0" * 13 * 4096)
+        target = f"results/cells/{DISK}/record.json"
+        full = snakemake(workdir, target, *RUN, config=WITH_DISK, env=env, check=False)
+        left = sorted(p.name for p in folder.iterdir())
+        (folder / "other-data").unlink()
+        freed = snakemake(workdir, target, *RUN, config=WITH_DISK, env=env, check=False)
+        record = json.loads((folder / "record.json").read_text()) if (folder / "record.json").exists() else None
+        return full, left, freed, record
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +111,7 @@ def faults(default_study, tmp_path_factory) -> Faults:
     )
     strict_log = (study.workdir / "results/logs/collect.log").read_text()
     lenient = snakemake(study.workdir, *RUN, config=WITH_FAULTS, env=env, check=False)
-    return Faults(study.workdir, strict, strict_log, lenient)
+    return Faults(study.workdir, strict, strict_log, lenient, *on_a_full_disk(study.workdir, env))
 
 
 def test_a_silent_rank_fails_its_cell_at_the_collective_timeout_naming_it(faults):
@@ -132,3 +166,14 @@ def test_the_report_is_made_and_lists_each_fault(faults):
     assert "1 record could not be read" in html and f"results/cells/{TRUNCATED}/record.json" in html
     assert "rank 1 stopped answering" in html and "rank 1 " in html.split(KILLED, 1)[1][:2000]
     assert f"{DIVERGING}</code>: training loss became nan in epoch 1 (stopped there: stop_on_divergence)" in html
+
+
+def test_a_full_results_disk_fails_the_job_with_the_os_error_and_the_next_run_finishes(faults):
+    if faults.disk_full is None:
+        pytest.skip("mounting a tmpfs needs root")
+    output = faults.disk_full.stdout + faults.disk_full.stderr
+    assert faults.disk_full.returncode != 0 and "[Errno 28] No space left on device" in output
+    assert "Error in rule train" in output
+    assert not [name for name in faults.left_on_disk if "record" in name]  # nothing half-written
+    assert faults.disk_freed.returncode == 0, faults.disk_freed.stderr[-3000:]
+    assert faults.disk_record["status"] == "ok" and faults.disk_record["cell"] == DISK

@@ -27,29 +27,20 @@ def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = No
     return proc
 
 
-def launch(
-    spec: dict,
-    out: Path,
-    allocator: str = "auto",
-    timeout=300,
-    env: dict | None = None,
-    extra=(),
-    log: Path | None = None,
-):
+def launch(spec: dict, out: Path, allocator: str = "auto", timeout=300, env: dict | None = None, extra=()):
     """The cell as the workflow's train job runs it: dpstudy.jobs.launch (which starts python or
     torchrun, with the study's allocator) on no GPU and 2 cores; the record is out/record.json.
-    `extra`: more of the launcher's arguments (--limit-s S); `log`: the job's log (out/train.log)."""
+    `extra`: more of the launcher's arguments (--limit-s S)."""
     from dpstudy.study.cells import base_id
     from dpstudy.study.spec import complete
 
     spec = complete(spec)
     cmd = [sys.executable, "-m", "dpstudy.jobs.launch", "--spec", json.dumps(spec), "--cell", base_id(spec)]
-    log = log or out / "train.log"
-    cmd += ["--out", str(out), "--log", str(log), "--gpus", "0", "--cores", "2", "--allocator", allocator]
+    cmd += ["--out", str(out), "--log", str(out / "train.log"), "--gpus", "0", "--cores", "2", "--allocator", allocator]
     started = time.time()
     proc = subprocess.run(
         [*cmd, *extra], capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}
     )
     proc.seconds = time.time() - started
-    proc.log = log.read_text() if log.exists() else ""
+    proc.log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
     return proc

@@ -184,33 +184,6 @@ def test_a_hung_rank_is_stopped_at_the_time_limit_with_all_its_processes(data_ro
     assert leftover == [], "processes of the stopped cell still run"
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs (root only), unmounted after the test."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
-@pytest.mark.slow
-def test_a_full_results_disk_fails_the_job_with_the_os_error_and_leaves_no_record(data_root, tmp_path, small_disk):
-    # 14 of the disk's 16 pages filled: the launcher's attempt.json and rank 0's heartbeat take the
-    # last two, so the record is what finds the disk full.
-    (small_disk / "fill").write_bytes(b"\0" * 14 * 4096)
-    spec, out, log = spec_for(data_root, epochs=1), small_disk / "cell", tmp_path / "train.log"
-    proc = launch(spec, out, log=log, timeout=120)
-    assert proc.returncode == 1, proc.log
-    assert "stopped by an OS error: [Errno 28] No space left on device; no record" in proc.log
-    assert sorted(p.name for p in out.iterdir()) == ["attempt.json", "heartbeat"]  # nothing half-written
-    (small_disk / "fill").unlink()  # space freed: the next run finishes
-    assert launch(spec, out, log=log, timeout=120).returncode == 0
-    assert record.read(out / "record.json")["status"] == "ok"
-
-
 @pytest.mark.slow
 def test_ddp_over_gloo_matches_single_device(parity_runs):
     a, b = parity_runs["single"], parity_runs["ddp"]
