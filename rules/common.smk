@@ -1,4 +1,5 @@
 # The study config -> the CELLS table, and the small helpers the rules use.
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,12 @@ from dpstudy.study.spec import gap_before_start
 from dpstudy.util.errors import ConfigError
 
 export_checkout(workflow.basedir)
+# Jobs run `python`: make it the interpreter Snakemake itself runs on (the venv's), also when it
+# was started as .venv/bin/snakemake without the venv on PATH (else a job found another Python and
+# failed with "No module named 'torch'"). A job's own conda environment, when used, comes first.
+os.environ["PATH"] = os.pathsep.join(
+    [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+)
 
 try:
     # The study, its cells, the user's own datasets (and the fingerprint of what preparing each

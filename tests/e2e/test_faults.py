@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 from helpers import REPO
-from helpers.workflow import snakemake
+from helpers.workflow import BIN, snakemake
 
 from dpstudy.jobs.planning import plan
 
@@ -85,7 +86,10 @@ def on_a_full_disk(workdir: Path, env: dict) -> tuple:
         full = snakemake(workdir, target, *RUN, config=WITH_DISK, env=env, check=False)
         left = sorted(p.name for p in folder.iterdir())
         (folder / "other-data").unlink()
-        freed = snakemake(workdir, target, *RUN, config=WITH_DISK, env=env, check=False)
+        # started as .venv/bin/snakemake with no venv on PATH: the job still finds the venv's python
+        bare = {**os.environ, **env, "PATH": "/usr/bin:/bin"}
+        command = [str(BIN / "snakemake"), target, *RUN, "--configfile", "config/test_study.yaml"]
+        freed = subprocess.run(command, cwd=workdir, env=bare, capture_output=True, text=True, timeout=600)
         record = json.loads((folder / "record.json").read_text()) if (folder / "record.json").exists() else None
         return full, left, freed, record
     finally:
