@@ -40,9 +40,8 @@ class Heartbeat:
     def __init__(self, out_dir: str | Path, rank: int):
         path = folder(out_dir) / f"rank{rank}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(b"\0" * LAYOUT.size)
-        with open(path, "r+b") as f:
+        with open(path, "w+b") as f:
+            f.truncate(LAYOUT.size)
             self.map = mmap.mmap(f.fileno(), LAYOUT.size)
         self.pid, self.host = os.getpid(), socket.gethostname().encode()[:64]
         self.epoch_number, self.steps, self.step = 0, 0, 0
@@ -128,11 +127,11 @@ def silent(beat: Beat, now: float) -> str:
 
 
 def laggard(beats: list[Beat], now: float | None = None) -> str | None:
-    """The rank furthest behind and where, beside where the others are: for a hang's reason.
-    None with fewer than two ranks or all at the same place."""
+    """The rank furthest behind and where, beside where the others are: for a hang's reason
+    (one process: where it is). None without beats."""
     now = time.time() if now is None else now
     if len(beats) < 2:
-        return None
+        return f"the process {beats[0].where()}, {silent(beats[0], now)}" if beats else None
     behind = min(beats, key=lambda b: (b.position, b.time))
     others = [b for b in beats if b.rank != behind.rank]
     if all(b.position == behind.position for b in others):
@@ -148,12 +147,12 @@ def behind(beats: list[Beat], rank: int) -> Beat | None:
     return min(peers, key=lambda b: (b.position, b.time)) if peers else None
 
 
-def culprit(out_dir: str | Path, rank: int, now: float | None = None, check_alive: bool = True) -> str | None:
-    """Seen from `rank`, whose collective just failed: the peer that caused it, and how. A peer
-    whose process is gone died (`check_alive`: while the cell runs); one behind this rank and
-    silent for SILENT_S stopped answering (a peer a step behind for less is only racing it)."""
+def culprit(beats: list[Beat], rank: int, now: float | None = None, check_alive: bool = True) -> str | None:
+    """Seen from `rank`, whose collective just failed: the peer that caused it, and how, from the
+    ranks' `beats` (read()). A peer whose process is gone died (`check_alive`: while the cell
+    runs); one behind this rank and silent for SILENT_S stopped answering (a peer a step behind
+    for less is only racing it)."""
     now = time.time() if now is None else now
-    beats = read(out_dir)
     for beat in beats if check_alive else ():
         if beat.rank != rank and beat.alive() is False:
             return f"rank {beat.rank} died (process {beat.pid} ended without a record) {beat.where()}"

@@ -118,7 +118,7 @@ class Outcome:
                 return other["exit_code"]  # we only saw the consequence of another rank's fault
         status = "oom" if is_oom(error) else "failed"
         reason = f"rank {rank}: {summarise(error)}"
-        peer = heartbeat.culprit(self.out_dir, rank) if world_size > 1 and status == "failed" else None
+        peer = heartbeat.culprit(heartbeat.read(self.out_dir), rank) if world_size > 1 and status == "failed" else None
         if peer:  # this rank only saw the consequence
             reason = f"{peer}; then {reason}"
         if status == "failed":

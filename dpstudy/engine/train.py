@@ -213,7 +213,7 @@ class Trainer:
             result["peak_mem_mb"] = self.par.all_gather_floats(peak_memory_mb(devices))
             on_epoch(result)
             self.log(progress_line(result, epochs))
-            if self.spec.get("stop_on_divergence", True) and not math.isfinite(result["train_loss"]) and epoch < epochs:
+            if self.spec["stop_on_divergence"] and not math.isfinite(result["train_loss"]) and epoch < epochs:
                 why = (
                     f"training loss became {result['train_loss']} in epoch {epoch}: the remaining "
                     f"{epochs - epoch} of {epochs} epochs were not run (stop_on_divergence)"

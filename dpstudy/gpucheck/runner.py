@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 from dpstudy.gpucheck.registry import BY_NAME, NAMES
+from dpstudy.jobs.exits import describe_exit
 
 # make gpu-check runs in the repository: its tests, its workflow and its results are checked.
 REPO = Path.cwd()
@@ -114,7 +115,7 @@ def run_item(name: str, out: Path, number: int, total: int) -> None:
         why = (
             f"stopped after its time limit of {_duration(item.timeout_s)}"
             if timed_out.is_set()
-            else f"its process ended with {_describe(code)} without a result"
+            else f"its process ended ({describe_exit(code)}) without a result"
         )
         write_text(
             raw,
@@ -164,15 +165,6 @@ def _stop_group(child: subprocess.Popen) -> None:
             except ProcessLookupError:
                 return
             time.sleep(0.2)
-
-
-def _describe(code: int) -> str:
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
 
 
 def print_table(path: Path) -> None:

@@ -60,7 +60,7 @@ def reason(code: int, log: Path, out_dir: Path) -> str:
     hint = OOM_HINT if rank_code == -signal.SIGKILL else ""
     died = f"rank {rank} {how}{hint}{where}, without a record"
     # It may have ended waiting for a peer that never came (NCCL's watchdog ends the process).
-    peer = heartbeat.culprit(out_dir, rank, check_alive=False)  # every rank has ended by now
+    peer = heartbeat.culprit(beats, rank, check_alive=False)  # every rank has ended by now
     if peer is not None:
         died = f"{peer}; then {died}"
     return f"{died}; torchrun stopped the other ranks; see train.log"

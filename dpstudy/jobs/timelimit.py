@@ -68,10 +68,7 @@ def last_progress(log: Path) -> str | None:
 def reason(limit_s: float, ran_s: float, log: Path, out_dir: Path) -> str:
     """The failed record's reason for a cell the limit stopped (its ranks' heartbeats in `out_dir`)."""
     progress = last_progress(log)
-    beats = heartbeat.read(out_dir)
-    ranks = heartbeat.laggard(beats) if len(beats) > 1 else None
-    if len(beats) == 1:
-        ranks = f"the process {beats[0].where()}, {heartbeat.silent(beats[0], time.time())}"
+    ranks = heartbeat.laggard(heartbeat.read(out_dir))
     return (
         f"stopped at its time limit of {duration(limit_s)} (resources.runtime_min) after {duration(ran_s)}; "
         + (f"last progress: {progress}" if progress else "no epoch finished")

@@ -104,10 +104,10 @@ def not_learned(cells: pd.DataFrame) -> str:
     flat = cells[(cells["status"] == "ok") & (cells["learned"].astype("boolean") == False)]  # noqa: E712
     if flat.empty:
         return "Every finished cell learned: no loss went non-finite or rose, no accuracy stayed at chance."
-    stopped = flat["stopped_early"] if "stopped_early" in flat else pd.Series(None, index=flat.index)
     lines = [
-        f"- {code(r.cell)}: {text(r.learned_reason)}" + ("" if pd.isna(why) else " (stopped there: stop_on_divergence)")
-        for r, why in zip(flat.itertuples(), stopped, strict=True)
+        f"- {code(r.cell)}: {text(r.learned_reason)}"
+        + ("" if pd.isna(r.stopped_early) else " (stopped there: stop_on_divergence)")
+        for r in flat.itertuples()
     ]
     return (
         f"**{len(flat)} finished {'cell' if len(flat) == 1 else 'cells'} did not learn.** Their throughput is "

@@ -72,26 +72,31 @@ def test_the_laggard_is_the_rank_furthest_behind_with_the_others_beside_it(tmp_p
     )
     same = beats(tmp_path / "same", [(1, 3, EVALUATING), (1, 3, EVALUATING)], ages=[20, 20])
     assert heartbeat.laggard(same) == "every rank evaluating after epoch 1, silent for 20 s"
+    (one,) = beats(tmp_path / "one", [(1, 4, LOADING)], ages=[12])
+    assert heartbeat.laggard([one]) == "the process at epoch 1, step 4 of 32, loading its batch, silent for 12 s"
+    assert heartbeat.laggard([]) is None
 
 
 def test_a_failing_rank_blames_a_dead_peer_or_one_behind_and_silent_not_a_racing_one(tmp_path):
     racing = beats(tmp_path / "racing", [(1, 5, BACKWARD), (1, 5, LOADING)], ages=[0, 1])
-    assert racing and heartbeat.culprit(tmp_path / "racing", 0) is None  # one step phase apart, just now
+    assert (
+        racing and heartbeat.culprit(heartbeat.read(tmp_path / "racing"), 0) is None
+    )  # one step phase apart, just now
     beats(tmp_path / "hung", [(1, 5, BACKWARD), (1, 5, FORWARD)], ages=[30, 30])
-    assert heartbeat.culprit(tmp_path / "hung", 0) == (
+    assert heartbeat.culprit(heartbeat.read(tmp_path / "hung"), 0) == (
         "rank 1 stopped answering at epoch 1, step 5 of 32, in forward (silent for 30 s)"
     )
-    assert heartbeat.culprit(tmp_path / "hung", 1) is None  # rank 1 itself: rank 0 is ahead of it
+    assert heartbeat.culprit(heartbeat.read(tmp_path / "hung"), 1) is None  # rank 1 itself: rank 0 is ahead of it
     beats(tmp_path / "dead", [(1, 5, BACKWARD), (1, 5, BACKWARD)])
     rank1 = heartbeat.folder(tmp_path / "dead") / "rank1"
     fields = list(heartbeat.LAYOUT.unpack(rank1.read_bytes()))
     fields[1] = pid = dead_pid()
     rank1.write_bytes(heartbeat.LAYOUT.pack(*fields))
-    assert heartbeat.culprit(tmp_path / "dead", 0) == (
+    assert heartbeat.culprit(heartbeat.read(tmp_path / "dead"), 0) == (
         f"rank 1 died (process {pid} ended without a record) "
         "at epoch 1, step 5 of 32, in backward or the optimizer step"
     )
-    assert heartbeat.culprit(tmp_path / "dead", 0, check_alive=False) is None
+    assert heartbeat.culprit(heartbeat.read(tmp_path / "dead"), 0, check_alive=False) is None
 
 
 def test_the_launcher_names_the_rank_torchrun_saw_fail_and_how(tmp_path):
