@@ -4,7 +4,8 @@
 
 Trains the default study's single-device cell (synthetic/LeNet, 8,000 samples, 3 epochs; the
 quickstart's settings) `rounds` times per variant, as the workflow's train job runs it (through
-`python -m dpstudy.jobs.launch`, with the study's allocator, `auto`, and every core of the machine),
+`python -m dpstudy.jobs.launch`, with the study's allocator, `auto`, and the one core a single-device
+CPU cell gets),
 the variants interleaved round by round so that a drift of the machine touches each alike, and
 prints per variant the mean throughput and its coefficient of variation over the runs, twice: over
 the steady window (every step after `warmup_steps`, what dpstudy reports) and over the epochs
@@ -20,7 +21,9 @@ Variants (each a change against `base`, the cell as a study runs it):
 - `gcoff`: Python's garbage collector off in every process (a sitecustomize on PYTHONPATH);
 - `interop1`: torch's inter-op pool at one thread (the same way);
 - `passive`: OpenMP's threads wait asleep instead of spinning (OMP_WAIT_POLICY=PASSIVE);
-- `threads1`: one core for the cell instead of all;
+- `allcores`: every core of the machine for the cell instead of the one a study gives it;
+- `thp`: PyTorch's CPU allocations of 2 MB and more on transparent huge pages (THP_MEM_ALLOC_ENABLE=1;
+  the kernel's THP mode `madvise` leaves them on 4 KiB pages otherwise);
 - `epochs6`: twice the steady window (6 epochs).
 Run it on an otherwise idle machine; its own numbers say when it was not.
 """
@@ -53,7 +56,8 @@ VARIANTS = {
     "gcoff": ({}, [], "import gc\ngc.disable()\n", [], {}),
     "interop1": ({}, [], "import torch\ntorch.set_num_interop_threads(1)\n", [], {}),
     "passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, [], "", [], {}),
-    "threads1": ({}, [], "", ["--cores", "1"], {}),
+    "allcores": ({}, [], "", ["--cores", str(CORES)], {}),
+    "thp": ({"THP_MEM_ALLOC_ENABLE": "1"}, [], "", [], {}),
     "epochs6": ({}, [], "", [], {"epochs": 6}),
 }
 
@@ -87,7 +91,7 @@ def run(variant: str, cell_spec: dict, out: Path) -> dict:
     options = {**dict(zip(options[::2], options[1::2]))}
     cmd = [*prefix, sys.executable, "-m", "dpstudy.jobs.launch", "--spec", json.dumps({**cell_spec, **changes})]
     cmd += ["--cell", f"noise-{variant}", "--out", str(out), "--log", str(out.parent / f"{out.name}.log")]
-    cmd += ["--gpus", "0", "--cores", options.get("--cores", str(CORES))]
+    cmd += ["--gpus", "0", "--cores", options.get("--cores", "1")]
     cmd += ["--allocator", options.get("--allocator", "auto")]
     subprocess.run(cmd, check=True, capture_output=True, cwd=REPO, env=env)
     rec = json.loads((out / "record.json").read_text())
@@ -100,7 +104,7 @@ def run(variant: str, cell_spec: dict, out: Path) -> dict:
 
 
 def floor_run(repeat: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "dpstudy.microbench.floor", "--repeat", str(repeat), "--device", "cpu"]
+    cmd = [sys.executable, "-m", "dpstudy.microbench.floor", "--repeat", str(repeat), "--device", "cpu", "--cores", "1"]
     subprocess.run([*cmd, "--out", str(out)], check=True, capture_output=True, cwd=REPO)
     return json.loads(out.read_text())
 
@@ -137,8 +141,11 @@ def main() -> int:
                     f" other processes {r['other_load']:.2f} cores",
                     flush=True,
                 )
-    compute, memory = ([f[key] for f in floors] for key in ("compute_gflops", "memory_gbps"))
-    print(f"\nthe machine's floor: matmuls CV {cv(compute)}, copies CV {cv(memory)} over {len(floors)} runs")
+    compute, memory, dispatch = ([f[key] for f in floors] for key in ("compute_gflops", "memory_gbps", "dispatch_mops"))
+    print(
+        f"\nthe machine's floor: matmuls CV {cv(compute)}, copies CV {cv(memory)}, dispatch CV {cv(dispatch)}"
+        f" over {len(floors)} runs"
+    )
     print(f"\n{'variant':>9} {'mean':>8} {'CV steady':>10} {'CV epochs>=2':>13} {'max other load':>15}")
     for v, runs in results.items():
         steady, old = [r["steady"] for r in runs], [r["epochs_after_first"] for r in runs]

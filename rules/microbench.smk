@@ -66,7 +66,8 @@ rule floor:
     params:
         device=lambda wildcards: floor_cell().spec["device"],
         seconds=STUDY["bench"]["floor_seconds"],
+        cores=like_floor_cell(cell_resource("node_cores")),
     shell:
         "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
         " python -m dpstudy.microbench.floor --repeat {wildcards.repeat} --seconds {params.seconds}"
-        " --device {params.device} --out {output:q} > {log:q} 2>&1"
+        " --device {params.device} --cores {params.cores} --out {output:q} > {log:q} 2>&1"

@@ -8,7 +8,8 @@ on the cores (or the GPU) a cell gets. Run once per repeat round, spaced like th
 coefficient of variation of its rates over the rounds is what the machine alone contributes: the
 floor below which no cell's noise can go here.
 
-Three parts of `seconds` together (the default, 3 s, is the default study's steady window):
+Three parts, taking turns of 50 ms over `seconds` (the default, 3 s, is the default study's steady
+window), so that each part's rate averages over the whole window as a cell's does:
 - compute: square float32 matmuls (GFLOP/s), multi-threaded on the cell's cores, or on the GPU;
 - memory: copies of a 256 MiB buffer (past any CPU cache) or 1 GiB on a GPU (GB/s, read plus write);
 - dispatch: in-place adds to a one-element tensor (million ops/s): the per-operator cost on the host,
@@ -17,6 +18,11 @@ Three parts of `seconds` together (the default, 3 s, is the default study's stea
   and copies alone say nothing about the host side that such a cell's noise comes from.
 
     python -m dpstudy.microbench.floor --repeat 0 --out results/floor/r0.json [--seconds 3] [--device auto]
+        [--cores 1]
+
+--cores is the one-device cell's (the train rule's node_cores): a single-device CPU cell trains on one
+thread pinned to one core, so its floor must too. A floor on every core of a 2-vCPU VM measured the
+two vCPUs together (a 2-thread matmul waits for the slower one): 4-10 % CV beside cells at 4-5 %.
 """
 
 from __future__ import annotations
@@ -34,11 +40,11 @@ from dpstudy.engine.monitor import HostLoad
 from dpstudy.util.atomic import write_json
 
 DEFAULT_SECONDS = 3.0
-WORKLOADS = ("compute", "memory", "dispatch")
 MATMUL_N = {"cpu": 256, "cuda": 4096}
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 2**30}
 DISPATCH_BATCH = 64  # operators per timed step: the loop's own Python cost stays small beside them
 WARMUP_S = 0.3  # thread pools spun up, clocks raised, pages resident: outside the timed window
+SLICE_S = 0.05  # each workload's turn: many turns in a window, each long against a step (a CPU copy: ~15 ms)
 
 
 def sync(device: torch.device) -> None:
@@ -46,77 +52,90 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_rate(step: Callable[[], None], work: float, seconds: float, device: torch.device) -> float:
-    """`work` units per second of `step`, repeated for about `seconds` after a warm-up."""
-    for budget, measure in ((WARMUP_S, False), (seconds, True)):
-        sync(device)
-        start = time.perf_counter()
-        steps = 0
-        while True:
-            step()
-            steps += 1
-            if steps % 8 == 0 or device.type == "cpu":
-                sync(device)
-                elapsed = time.perf_counter() - start
-                if elapsed >= budget:
-                    break
-        if measure:
-            return steps * work / elapsed
-    raise AssertionError("unreachable")
+Workload = tuple[Callable[[], None], float]  # one step, and the units of work it does
 
 
-def compute(device: torch.device, seconds: float) -> float:
-    """GFLOP/s of n x n float32 matmuls."""
+def run_for(step: Callable[[], None], budget: float, device: torch.device) -> tuple[int, float]:
+    """Repeat `step` for at least `budget` seconds: (steps, seconds they took)."""
+    sync(device)
+    start = time.perf_counter()
+    steps = 0
+    while True:
+        step()
+        steps += 1
+        if steps % 8 == 0 or device.type == "cpu":
+            sync(device)
+            elapsed = time.perf_counter() - start
+            if elapsed >= budget:
+                return steps, elapsed
+
+
+def timed_rates(workloads: dict[str, Workload], seconds: float, device: torch.device) -> dict[str, float]:
+    """Units of work per second of each workload, after a warm-up, the workloads taking turns of
+    SLICE_S over the same `seconds`. A cell's steps mix compute, memory traffic and dispatch over its
+    whole steady window, so a slow second of the machine touches all of them; timed one after another,
+    each part over a third of the window, the parts varied more than the cells did (CV 4-5 % beside
+    single-device cells at 1.5-2 %, benchmarks/noise_floor.py)."""
+    for step, _ in workloads.values():
+        run_for(step, WARMUP_S / len(workloads), device)
+    done = {name: [0, 0.0] for name in workloads}
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for name, (step, _) in workloads.items():
+            steps, elapsed = run_for(step, SLICE_S, device)
+            done[name][0] += steps
+            done[name][1] += elapsed
+    return {name: done[name][0] * work / done[name][1] for name, (_, work) in workloads.items()}
+
+
+def compute(device: torch.device) -> Workload:
+    """n x n float32 matmuls, in GFLOP."""
     n = MATMUL_N[device.type]
     a, b = (torch.randn(n, n, device=device) for _ in range(2))
     out = torch.empty(n, n, device=device)
-    return timed_rate(lambda: torch.mm(a, b, out=out), 2 * n**3 / 1e9, seconds, device)
+    return (lambda: torch.mm(a, b, out=out)), 2 * n**3 / 1e9
 
 
-def memory(device: torch.device, seconds: float) -> float:
-    """GB/s of copying one buffer into another (bytes read plus bytes written)."""
+def memory(device: torch.device) -> Workload:
+    """Copies of one buffer into another, in GB (bytes read plus bytes written)."""
     count = COPY_BYTES[device.type] // 4
     src = torch.ones(count, device=device)
     dst = torch.zeros(count, device=device)
-    return timed_rate(lambda: dst.copy_(src), 2 * count * 4 / 1e9, seconds, device)
+    return (lambda: dst.copy_(src)), 2 * count * 4 / 1e9
 
 
-def dispatch(device: torch.device, seconds: float) -> float:
-    """Million operators per second: tiny in-place adds, each a full trip through the dispatcher
-    (and a kernel launch on a GPU) with next to no work in it."""
+def dispatch(device: torch.device) -> Workload:
+    """Tiny in-place adds, in millions: each a full trip through the dispatcher (and a kernel launch
+    on a GPU) with next to no work in it."""
     x = torch.zeros(1, device=device)
 
     def step() -> None:
         for _ in range(DISPATCH_BATCH):
             x.add_(1.0)
 
-    return timed_rate(step, DISPATCH_BATCH / 1e6, seconds, device)
+    return step, DISPATCH_BATCH / 1e6
 
 
-def measure(repeat: int, seconds: float = DEFAULT_SECONDS, device: str = "cpu") -> dict:
+def measure(repeat: int, seconds: float = DEFAULT_SECONDS, device: str = "cpu", cores: int | None = None) -> dict:
     """One run of the floor: the rates and what they ran on (a record of dpstudy/study/schema.yaml's
     spirit: flat, every value named)."""
     where = torch.device(device)
-    cores: list[int] = []
+    pinned: list[int] = []
     if where.type == "cpu":
-        threads = threads_per_process(len(os.sched_getaffinity(0)), 1)
-        cores = pin_to_cores(0, threads)
+        threads = threads_per_process(cores or len(os.sched_getaffinity(0)), 1)
+        pinned = pin_to_cores(0, threads)
         torch.set_num_threads(threads)
     load = HostLoad()
     start = load.mark()
-    part = seconds / len(WORKLOADS)
-    rates = {
-        "compute_gflops": compute(where, part),
-        "memory_gbps": memory(where, part),
-        "dispatch_mops": dispatch(where, part),
-    }
+    workloads = {"compute_gflops": compute(where), "memory_gbps": memory(where), "dispatch_mops": dispatch(where)}
+    rates = timed_rates(workloads, seconds, where)
     busy, own = HostLoad.cores(start, load.mark())
     return {
         "repeat": repeat,
         "device": where.type,
         "device_name": torch.cuda.get_device_name(where) if where.type == "cuda" else None,
         "threads": torch.get_num_threads(),
-        "cores": cores,
+        "cores": pinned,
         "seconds": seconds,
         **rates,
         # the cores the rest of the machine kept busy meanwhile, as a cell's other_load
@@ -131,14 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, required=True, help="the repeat round this run belongs to")
     parser.add_argument("--out", required=True, help="the JSON file to write")
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="timed seconds, all three parts")
+    parser.add_argument("--cores", type=int, help="the one-device cell's CPU cores (default: every core allowed)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: cuda if visible")
     args = parser.parse_args(argv)
     if args.seconds <= 0:
         parser.error(f"--seconds {args.seconds}: must be above 0")
+    if args.cores is not None and args.cores < 1:
+        parser.error(f"--cores {args.cores}: must be 1 or more")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
     device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
-    run = measure(args.repeat, args.seconds, device)
+    run = measure(args.repeat, args.seconds, device, args.cores)
     write_json(args.out, run)
     print(
         f"floor r{run['repeat']} on {run['device']} ({run['threads']} threads): "

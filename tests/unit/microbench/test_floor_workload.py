@@ -14,17 +14,24 @@ import torch
 from dpstudy.microbench import floor
 
 
-def test_a_rate_is_work_over_the_timed_seconds_after_the_warm_up():
+def test_rates_are_work_over_timed_seconds_the_workloads_taking_turns_after_the_warm_up():
     calls = []
 
-    def step():  # 10 ms of "work" each
-        calls.append(time.perf_counter())
-        time.sleep(0.01)
+    def sleeper(name, seconds):
+        def step():
+            calls.append((name, time.perf_counter()))
+            time.sleep(seconds)
 
-    rate = floor.timed_rate(step, work=2.0, seconds=0.3, device=torch.device("cpu"))
-    assert rate == pytest.approx(2.0 / 0.0101, rel=0.2)  # 2 units per ~10 ms step
-    # the warm-up ran first and is not in the rate: about WARMUP_S + 0.3 s of steps in all
-    assert calls[-1] - calls[0] == pytest.approx(floor.WARMUP_S + 0.3, abs=0.1)
+        return step
+
+    cpu = torch.device("cpu")
+    rates = floor.timed_rates({"a": (sleeper("a", 0.01), 2.0), "b": (sleeper("b", 0.02), 3.0)}, 0.4, cpu)
+    assert rates["a"] == pytest.approx(2.0 / 0.0101, rel=0.2) and rates["b"] == pytest.approx(3.0 / 0.0201, rel=0.2)
+    # the warm-up ran first and is not in the rates: about WARMUP_S + 0.4 s of steps in all
+    assert calls[-1][1] - calls[0][1] == pytest.approx(floor.WARMUP_S + 0.4, abs=0.1)
+    # turns of SLICE_S: over the timed 0.4 s each workload ran in several turns, not once
+    turns = sum(1 for first, second in zip(calls, calls[1:]) if first[0] != second[0])
+    assert turns >= 2 * 0.4 / (2 * floor.SLICE_S) - 2
 
 
 def test_a_cpu_run_measures_all_three_parts_pinned_like_a_one_device_cell():
@@ -42,31 +49,27 @@ def test_a_cpu_run_measures_all_three_parts_pinned_like_a_one_device_cell():
 
 def test_dispatch_counts_every_operator_it_runs(monkeypatch):
     # The rate is operators per second: DISPATCH_BATCH adds per step, each one applied.
-    seen = {}
-    real = floor.timed_rate
-
-    def spy(step, work, seconds, device):
-        seen["work"] = work
-        step()
-        return real(step, work, seconds, device)
-
-    monkeypatch.setattr(floor, "timed_rate", spy)
     added = []
     monkeypatch.setattr(torch.Tensor, "add_", lambda self, v: added.append(v) or self)
-    floor.dispatch(torch.device("cpu"), seconds=0.05)
-    assert seen["work"] == floor.DISPATCH_BATCH / 1e6
-    assert len(added) % floor.DISPATCH_BATCH == 0 and len(added) >= 2 * floor.DISPATCH_BATCH
+    step, work = floor.dispatch(torch.device("cpu"))
+    step()
+    step()
+    assert work == floor.DISPATCH_BATCH / 1e6 and len(added) == 2 * floor.DISPATCH_BATCH
 
 
 def test_the_command_writes_its_run_and_refuses_bad_arguments(tmp_path):
     out = tmp_path / "floor" / "r1.json"
     cmd = [sys.executable, "-m", "dpstudy.microbench.floor", "--repeat", "1", "--seconds", "0.2"]
-    proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True)
+    # --cores: the one-device cell's, one core here as on a CPU study; the floor takes just that
+    proc = subprocess.run([*cmd, "--cores", "1", "--device", "cpu", "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
-    assert run["repeat"] == 1 and run["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert run["repeat"] == 1 and run["device"] == "cpu" and run["threads"] == 1
+    assert run["cores"] in ([], [min(os.sched_getaffinity(0))])
     assert f"floor r1 on {run['device']}" in proc.stdout and "GFLOP/s" in proc.stdout and "M ops/s" in proc.stdout
     assert [p.name for p in out.parent.iterdir()] == ["r1.json"]  # no temporary file left
     bad = subprocess.run([*cmd[:-1], "0", "--out", str(tmp_path / "x.json")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--seconds 0.0: must be above 0" in bad.stderr
+    bad = subprocess.run([*cmd, "--cores", "0", "--out", str(tmp_path / "x.json")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--cores 0: must be 1 or more" in bad.stderr
     assert not (tmp_path / "x.json").exists()
