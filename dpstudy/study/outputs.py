@@ -38,6 +38,7 @@ TABLES = (
     "varied",
     "pivot",
     "floor",
+    "comm_fit",
 )
 STALE_FILE = "stale.txt"
 UNREADABLE_FILE = "unreadable.txt"  # records collect could not read (--keep-going), one per line

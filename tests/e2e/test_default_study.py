@@ -17,8 +17,8 @@ import torch
 from helpers.bench import assert_kernel_rows
 from helpers.browser import open_offline
 
+from dpstudy.analysis import comm_fit, tablefiles
 from dpstudy.analysis import floor as machine_floor
-from dpstudy.analysis import tablefiles
 from dpstudy.microbench import comm
 from dpstudy.record import provenance
 from dpstudy.study import outputs
@@ -121,6 +121,14 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
         np.testing.assert_allclose(rows.algbw_gbps, rows.bytes / rows.median_s / 1e9, rtol=1e-12)
         np.testing.assert_allclose(rows.busbw_gbps, rows.bytes / rows.median_s / 1e9 * factor, rtol=1e-12)
     assert set(zip(df.collective, df.backend, df.device)) == {(c, *b) for c in comm.COLLECTIVES for b in comm.COMBOS}
+    # each collective's latency + size / bandwidth fit over the 9 sizes (dpstudy.analysis.comm_fit)
+    fits = pd.read_csv(default_study.workdir / "results/tables/comm_fit.csv")
+    cpu_fits = fits[(fits.backend == "gloo") & (fits.device == "cpu")].set_index("collective")
+    assert sorted(cpu_fits.index) == sorted(comm.COLLECTIVES) and (cpu_fits.world_size == 2).all()
+    assert (cpu_fits.points == 9).all() and (cpu_fits.latency_s > 0).all() and (cpu_fits.bandwidth_gbps > 0).all()
+    for collective, fit in cpu_fits.iterrows():  # the fit passes near its largest size's measured time
+        largest = gloo[gloo.collective == collective].iloc[-1]
+        assert comm_fit.predicted_time(fit, largest.bytes) == pytest.approx(largest.median_s, rel=0.3)
     skipped = df[df.reason.notna()]
     assert skipped.median_s.isna().all() and skipped.busbw_gbps.isna().all()
     if torch.cuda.device_count() < 2:
