@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from dpstudy.study import schema
+from dpstudy.study.spec import DDP_KNOBS
 
 SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
 # A record made before a setting existed ran with that setting's default (nodes: one node).
@@ -23,6 +24,7 @@ BASELINE_IGNORES = (
     "repeat",
     "batch_scope",
     "lr_scaling",
+    *DDP_KNOBS,  # DDP's own arguments: a single device runs without them
 )
 BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
 # A setting: a cell up to its repeat index; the repeats of a setting are summarised together.

@@ -2,7 +2,7 @@
 by side, ranked, with the memory each needs per device and the model's reason for the order.
 
 A workload is a setting up to its strategy. The strategy keys (STRATEGY_KEYS: mode, devices per
-node, nodes, backend, shard, compile, batch scope and lr scaling) vary within a workload; every other
+node, nodes, backend, shard, compile, batch scope, lr scaling and DDP's knobs) vary within a workload; every other
 setting key (dataset, model, global batch, precision, ..., the device kind) is the workload's, so
 strategies are compared at the same global batch. The `strategies` table has one row per strategy
 the study asked for, run or not:
@@ -43,8 +43,9 @@ import pandas as pd
 from dpstudy.analysis import stats
 from dpstudy.analysis.keys import SETTING_KEYS
 from dpstudy.record.fields import BUDGET_MARK
+from dpstudy.study.spec import DDP_KNOBS
 
-STRATEGY_KEYS = ("mode", "gpus", "nodes", "backend", "shard", "compile", "batch_scope", "lr_scaling")
+STRATEGY_KEYS = ("mode", "gpus", "nodes", "backend", "shard", "compile", "batch_scope", "lr_scaling", *DDP_KNOBS)
 # follow from the strategy at the workload's global batch
 DERIVED_KEYS = ("devices", "batch")
 WORKLOAD_KEYS = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *DERIVED_KEYS))

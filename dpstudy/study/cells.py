@@ -9,6 +9,7 @@ from typing import Any
 
 from dpstudy import models
 from dpstudy.data.user import folder_name
+from dpstudy.study.spec import DDP_KNOBS
 from dpstudy.util import refs
 
 LONGEST_TOKEN = 40  # a longer value (a dict of model_args) is cut and a hash of it appended
@@ -36,9 +37,10 @@ def value_token(value: Any) -> str:
 
 # The keys every id spells out (base_id); other keys appear only where a sweep sets them.
 ID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
-# Keys of one mode only (fsdp's shard): left out of the id of a cell whose mode does not take them,
-# where they are 'none', so that a ddp cell in a grid with fsdp shardings keeps its plain id.
-MODE_ONLY_KEYS = ("shard",)
+# Keys of one mode only (fsdp's shard, ddp's knobs): left out of the id of a cell whose mode does not
+# take them, where they are 'none' or None, so that a ddp cell in a grid with fsdp shardings keeps
+# its plain id.
+MODE_ONLY_KEYS = ("shard", *DDP_KNOBS)
 
 
 def base_id(spec: dict[str, Any]) -> str:
@@ -55,7 +57,7 @@ def base_id(spec: dict[str, Any]) -> str:
 def cell_id(spec: dict[str, Any], varied: Iterable[str] = (), repeats: int = 1) -> str:
     """base id, then -{key}{value} for every other varied key (sorted), then -r{k} with repeats."""
     parts = [base_id(spec)]
-    keys = sorted(k for k in set(varied) - set(ID_KEYS) if not (k in MODE_ONLY_KEYS and spec[k] == "none"))
+    keys = sorted(k for k in set(varied) - set(ID_KEYS) if not (k in MODE_ONLY_KEYS and spec[k] in ("none", None)))
     parts += [f"{key}{value_token(spec[key])}" for key in keys]
     if repeats > 1:
         parts.append(f"r{spec['repeat']}")

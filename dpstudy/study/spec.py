@@ -64,6 +64,12 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
         raise ConfigError(f"{where}batch {cell['batch']} is not divisible by {over} under batch_scope 'global'")
     if cell.get("workers", 0) and cell.get("loader") != "torch":
         raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
+    if cell["mode"] != "ddp":
+        for key in (k for k in DDP_KNOBS if cell.get(k) is not None):
+            raise ConfigError(
+                f"{where}{key} {json.dumps(cell[key])} is DistributedDataParallel's: mode ddp only, "
+                f"not mode {cell['mode']!r} (leave it null)"
+            )
 
 
 # single and dp run as one process on one node, and take no process-group backend; ddp and fsdp
@@ -72,6 +78,9 @@ ONE_PROCESS_MODES = ("single", "dp")
 PROCESS_PER_DEVICE_MODES = ("ddp", "fsdp")
 # How fsdp shards (schema $defs/shard); the other modes take none.
 SHARDINGS = ("full", "grad_op")
+# DistributedDataParallel's arguments a study may set (schema $defs/settings); None: DDP's default,
+# the only value of the other modes.
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "broadcast_buffers", "static_graph")
 
 
 def setup_gap(cell: dict[str, Any]) -> str | None:

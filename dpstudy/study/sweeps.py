@@ -174,6 +174,8 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
             "data_root": study["data_root"],
             "code_path": study["code_path"] if models.kind(sweep["model"]) == "factory" else None,
         }
+        if kept["mode"] != "ddp":  # DDP's knobs: a single or fsdp cell beside ddp ones runs without
+            raw.update(dict.fromkeys(specs.DDP_KNOBS))
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)
             cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec, resources))
@@ -189,6 +191,14 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
         )
     if "shard" in sweep.get("grid", {}) and "fsdp" not in modes:
         raise ConfigError(f"{where}grid.shard needs mode fsdp in grid.mode: only fsdp shards")
+    knobs = [
+        f"{part}.{key}"
+        for part in ("grid", "set")
+        for key in specs.DDP_KNOBS
+        if sweep.get(part, {}).get(key) is not None
+    ]
+    if knobs and not any(c.spec["mode"] == "ddp" for c in cells):
+        raise ConfigError(f"{where}{', '.join(knobs)} needs ddp cells: DistributedDataParallel's arguments")
     return cells
 
 

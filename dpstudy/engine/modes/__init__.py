@@ -71,4 +71,5 @@ def plan(spec: dict, env: dict[str, str] | None = None) -> Mode:
         world_size=world,
         local_rank=local_rank,
         local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))),
+        options=cls.options_of(spec),
     )

@@ -34,7 +34,13 @@ class Mode:
     world_size: int = 1
     local_rank: int = 0
     local_world_size: int = 1
+    options: dict = field(default_factory=dict)  # the mode's own arguments from the spec (options_of)
     initialized: bool = field(default=False, repr=False)
+
+    @classmethod
+    def options_of(cls, spec: dict) -> dict:
+        """The spec's settings this mode hands to its wrapper (ddp: DDP's knobs); none here."""
+        return {}
 
     @property
     def is_main(self) -> bool:

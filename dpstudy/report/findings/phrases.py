@@ -8,6 +8,7 @@ import pandas as pd
 from dpstudy.analysis import stats
 from dpstudy.report.text import more_in, plural, text
 from dpstudy.study.outputs import TABLES_DIR
+from dpstudy.study.spec import DDP_KNOBS
 
 Tables = dict[str, pd.DataFrame]
 
@@ -54,7 +55,13 @@ def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1, shard: str = 
 
 # Rows are pandas Series (iterrows, .loc) or dicts: read them by key (Series.mode is a method).
 def who(row) -> str:
-    return setup_name(row["mode"], row["backend"], row["gpus"], row["nodes"], row.get("shard", "full"))
+    return setup_name(row["mode"], row["backend"], row["gpus"], row["nodes"], row.get("shard", "full")) + knobs(row)
+
+
+def knobs(row) -> str:
+    """DDP's knobs a row sets, as ", bucket_cap_mb 5, static_graph true"; "" where none is set."""
+    set_ = [(k, row.get(k)) for k in DDP_KNOBS if row.get(k) is not None and not pd.isna(row.get(k))]
+    return "".join(f", {k} {str(v).lower() if str(v) in ('True', 'False') else f'{float(v):g}'}" for k, v in set_)
 
 
 def batch_phrase(row) -> str:

@@ -34,6 +34,10 @@ def test_inline_and_file_specs_agree(tmp_path):
         ({"batch": 63}, "batch 63 is not divisible by gpus 2"),
         ({"backend": "none"}, "needs backend 'nccl' or 'gloo'"),
         ({"mode": "single"}, "mode 'single' needs gpus 1"),
+        (
+            {"mode": "fsdp", "bucket_cap_mb": 5},
+            "bucket_cap_mb 5 is DistributedDataParallel's: mode ddp only, not mode 'fsdp'",
+        ),
         ({"workers": 2}, "workers 2 needs loader 'torch'"),
         ({"epochs": 0}, "epochs"),
         (

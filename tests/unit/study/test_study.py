@@ -118,6 +118,41 @@ def test_only_fsdp_cells_take_a_shard_and_name_it_where_the_sweep_sets_it():
     assert train_resources(fsdp.spec, fsdp.resources, False)["mem_mb"] == 2 * 4000 + 1000  # 2 processes
 
 
+def test_ddps_knobs_reach_only_ddp_cells_and_name_them_where_the_sweep_sets_them():
+    config = {
+        "study": "knobs",
+        "sweeps": [
+            {
+                "name": "buckets",
+                "dataset": "synthetic",
+                "model": "lenet",
+                "grid": {"mode": ["ddp", "fsdp"], "gpus": [2], "batch": [64], "backend": ["gloo"]},
+                "set": {"static_graph": True},
+            },
+            {
+                "name": "caps",
+                "dataset": "synthetic",
+                "model": "lenet",
+                "grid": {"mode": ["ddp"], "gpus": [2], "batch": [64], "backend": ["gloo"], "bucket_cap_mb": [1, 2.5]},
+            },
+            {"name": "one", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"], "batch": [64]}},
+        ],
+    }
+    by_id = cells(config)
+    assert set(by_id) == {
+        "synthetic-lenet-ddp-g2-b64-gloo-static_graph1",
+        "synthetic-lenet-fsdp-g2-b64-gloo",  # the sweep's static_graph is DDP's: not this cell's, not in its id
+        "synthetic-lenet-ddp-g2-b64-gloo-bucket_cap_mb1",
+        "synthetic-lenet-ddp-g2-b64-gloo-bucket_cap_mb2p5",
+        "synthetic-lenet-single-g1-b64-none",
+    }
+    assert by_id["synthetic-lenet-ddp-g2-b64-gloo-static_graph1"].spec["static_graph"] is True
+    assert by_id["synthetic-lenet-fsdp-g2-b64-gloo"].spec["static_graph"] is None
+    assert by_id["synthetic-lenet-ddp-g2-b64-gloo-bucket_cap_mb2p5"].spec["bucket_cap_mb"] == 2.5
+    # a knob left null stays out of the job's params: a cell made before the knobs existed reruns not
+    assert "bucket_cap_mb" not in by_id["synthetic-lenet-single-g1-b64-none"].params()
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -127,6 +162,12 @@ def test_only_fsdp_cells_take_a_shard_and_name_it_where_the_sweep_sets_it():
         ),
         (lambda c: c["sweeps"][0]["grid"].update(shard=["full"]), "sweep 'scale': grid.shard needs mode fsdp"),
         (lambda c: c["sweeps"][0]["grid"].update(shard=["zero3"]), "sweep 'scale': shard: 'zero3' is not one of"),
+        (
+            lambda c: c["sweeps"][1].update(set={"bucket_cap_mb": 5}),
+            r"sweep 'plain': set.bucket_cap_mb needs ddp cells: DistributedDataParallel's arguments",
+        ),
+        (lambda c: c["sweeps"][0]["grid"].update(bucket_cap_mb=[0]), "bucket_cap_mb: 0 is less than or equal to"),
+        (lambda c: c["sweeps"][0].update(set={"static_graph": "yes"}), "static_graph: 'yes' is not of type"),
         (
             lambda c: c["sweeps"][0]["grid"].update(mode=["fsdp"], backend=["none"]),
             "sweep 'scale': mode fsdp needs backend nccl or gloo",
