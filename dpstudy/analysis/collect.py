@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpstudy.analysis import comm_fit, comparisons, memory, pivots, scaling, stats, strategies, summary
+from dpstudy.analysis import comm_fit, comparisons, forecast, memory, pivots, scaling, stats, strategies, summary
 from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.records import read_records
 from dpstudy.analysis.tables import FactoryHash, cells_table, epochs_table, ranks_table, util_table
@@ -59,12 +59,14 @@ def summarise(
     (dpstudy.analysis.summary); "memory_accuracy" and "memory_spread" (dpstudy.analysis.memory);
     "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots); "floor", the machine's
     floor runs (`floor`, dpstudy.analysis.floor.floor_table; None: the study measured none);
-    "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit)."""
+    "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit);
+    "predictions", every measured DDP setting forecast from the others (dpstudy.analysis.forecast)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
     model_by_setting = scaling.settings_model(model, settings)
     floor = machine_floor.floor_table([]) if floor is None else floor
+    fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
     return {
         **tables,
         "settings": settings,
@@ -80,5 +82,6 @@ def summarise(
         "util_means": summary.util_means(tables["util"]),
         **pivots.overview_tables(settings),
         "floor": floor,
-        "comm_fit": comm_fit.fit_table(comm if comm is not None else pd.DataFrame()),
+        "comm_fit": fits,
+        "predictions": forecast.leave_one_out(settings, cells, fits),
     }

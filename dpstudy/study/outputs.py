@@ -39,6 +39,7 @@ TABLES = (
     "pivot",
     "floor",
     "comm_fit",
+    "predictions",
 )
 STALE_FILE = "stale.txt"
 UNREADABLE_FILE = "unreadable.txt"  # records collect could not read (--keep-going), one per line

@@ -129,6 +129,16 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
     for collective, fit in cpu_fits.iterrows():  # the fit passes near its largest size's measured time
         largest = gloo[gloo.collective == collective].iloc[-1]
         assert comm_fit.predicted_time(fit, largest.bytes) == pytest.approx(largest.median_s, rel=0.3)
+    # each DDP setting on 2 ranks forecast from the other (dpstudy.analysis.forecast): B 64 is 32 per
+    # rank, below the single devices' 64 and 256, B 256 is 128, between them
+    predictions = pd.read_csv(default_study.workdir / "results/tables/predictions.csv").set_index("global_batch")
+    assert sorted(predictions.index) == [64, 256] and (predictions["devices"] == 2).all()
+    assert predictions.loc[64, "how"] == "extrapolated" and predictions.loc[256, "how"] == "interpolated"
+    assert (predictions["predicted_low"] < predictions["predicted_samples_per_s"]).all()
+    assert (predictions["predicted_samples_per_s"] < predictions["predicted_high"]).all()
+    measured = predictions["measured_samples_per_s"]
+    assert predictions["error"].to_numpy() == pytest.approx(predictions["predicted_samples_per_s"] / measured - 1)
+    print("leave-one-out errors:", predictions["error"].round(3).to_dict())
     skipped = df[df.reason.notna()]
     assert skipped.median_s.isna().all() and skipped.busbw_gbps.isna().all()
     if torch.cuda.device_count() < 2:

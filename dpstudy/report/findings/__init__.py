@@ -16,6 +16,7 @@ them and count the lines they list.
 
 from dpstudy.report.findings.accuracy_gap import accuracy
 from dpstudy.report.findings.benchmarks import comm, kernels
+from dpstudy.report.findings.forecasts import forecasts
 from dpstudy.report.findings.memory_use import memory
 from dpstudy.report.findings.nccl_gloo import backends
 from dpstudy.report.findings.noise import single_noise
@@ -29,6 +30,7 @@ __all__ = [
     "backends",
     "comm",
     "data_wait",
+    "forecasts",
     "kernels",
     "memory",
     "single_noise",

@@ -1,0 +1,45 @@
+"""What would N give? The forecast model (dpstudy.analysis.forecast) checked on this study: every
+measured DDP setting forecast from the others, beside what it measured (the predictions table)."""
+
+from __future__ import annotations
+
+from dpstudy.report.findings.phrases import Tables, listed, not_measured, percent, setup_name, workload
+from dpstudy.report.text import significant
+
+INTRO = (
+    "Each DDP setting below was forecast from the study's other settings of its workload, its own "
+    "cells never read (leave-one-out): a single device's step at the per-device batch (a line "
+    "through the measured batches), slowed by how much n ranks sharing this host slow one rank "
+    "(from the other DDP settings at n), plus the all-reduce backward did not hide, priced by the "
+    "latency + size / bandwidth fit of comm_bench's sweep. The 95 % interval is the model's own "
+    "leave-one-out error on this study (at least the settings' noise), wider where it extrapolates."
+)
+
+
+def line(r) -> str:
+    name = f"{setup_name(r['mode'], r['backend'], int(r['devices']))} at batch {int(r['global_batch'])}"
+    how = "" if r["how"] == "interpolated" else f"; extrapolated: {r['basis'].split('; ', 2)[-1]}"
+    return (
+        f"- {workload(r)}, {name}: forecast {significant(r['predicted_samples_per_s'])} samples/s "
+        f"(95 % {significant(r['predicted_low'])}-{significant(r['predicted_high'])}), measured "
+        f"{significant(r['measured_samples_per_s'])}: error {r['error'] * 100:+.1f} %{how}."
+    )
+
+
+def forecasts(tables: Tables) -> str:
+    """The leave-one-out forecasts and the model's error on this study."""
+    table = tables["predictions"]
+    if table.empty:
+        return not_measured(
+            "a forecast is checked on two or more DDP settings of one workload over 2 or more ranks, "
+            "beside its single-device settings and comm_bench's all-reduce"
+        )
+    errors = table["error"].abs()
+    inside = (table["predicted_low"] <= table["measured_samples_per_s"]) & (
+        table["measured_samples_per_s"] <= table["predicted_high"]
+    )
+    summary = (
+        f"Over {len(table)} held-out setting(s): median |error| {percent(errors.median(), 1)}, largest "
+        f"{percent(errors.max(), 1)}; {int(inside.sum())} of {len(table)} measured inside their interval."
+    )
+    return "\n".join([INTRO, "", *listed(table.assign(abs_error=errors), line, "abs_error"), "", summary])
