@@ -1,5 +1,8 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
+import json
 import os
+
+from dpstudy.study import predict
 
 TABLES = outputs.table_files()
 FIGURE_FILES = outputs.figure_files()
@@ -42,9 +45,12 @@ rule collect:
     params:
         comm=lambda wildcards, input: ["--comm", *input.comm] if input.comm else [],
         floor=lambda wildcards, input: ["--floor", *input.floor] if input.floor else [],
+        # the study's predict: block, as the forecasts to make (a new one reruns collect alone)
+        predict=json.dumps(predict.requests(STUDY), sort_keys=True),
     shell:
         f"python scripts/collect.py --records {{input.records:q}} --out-dir {outputs.TABLES_DIR}"
-        " {params.comm:q} --memory-plan {input.plan:q} {params.floor:q} > {log:q} 2>&1"
+        " {params.comm:q} --memory-plan {input.plan:q} {params.floor:q} --predict {params.predict:q}"
+        " > {log:q} 2>&1"
 
 
 rule figures:

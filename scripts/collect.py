@@ -15,6 +15,7 @@ ones are listed in unreadable.txt, which the report shows.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -45,6 +46,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-plan", type=Path, help="the memory plan CSV, predicted beside measured (optional)")
     parser.add_argument("--floor", nargs="*", default=[], help="the machine's floor runs (results/floor/r*.json)")
     parser.add_argument(
+        "--predict",
+        type=json.loads,
+        default=[],
+        help="the forecasts to make, as JSON: dpstudy.study.predict.requests of the study (default: none)",
+    )
+    parser.add_argument(
         "--keep-going",
         action="store_true",
         default=os.environ.get("DPSTUDY_KEEP_GOING") == "1",
@@ -70,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in unreadable or []:
         print(f"warning: left out (--keep-going): {line}", file=sys.stderr)
     comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None
-    tables = collect.summarise(tables, comm, floor)
+    tables = collect.summarise(tables, comm, floor, args.predict)
     for path in tablefiles.write_tables(tables, args.out_dir, unreadable or []):
         print(f"wrote {path}")
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import secrets
 import shutil
 import subprocess
@@ -136,3 +137,59 @@ def one_thread_per_worker():
 
         torch.set_num_threads(1)
     yield
+
+
+# --- where the time goes: CPU beside wall per test phase ----------------------------------------
+
+# A test waiting (for a timeout, a scheduler, a killed rank) holds its worker but no core; one that
+# starts processes uses more than its wall. --durations shows the wall; the summary below adds the
+# CPU of the worker and every process it waited for, so that a slow test is seen as busy or idle.
+CPU_AT_START = pytest.StashKey[float]()
+CPU_SUMMARY_LINES = 15
+CPU_SPENT: list[tuple[float, float, str, str]] = []  # (wall s, CPU s, phase, test) as reports arrive
+
+
+def cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[CPU_AT_START] = cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    item.stash[CPU_AT_START] = cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    item.stash[CPU_AT_START] = cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if CPU_AT_START in item.stash:  # travels to pytest-xdist's controller with the report
+        report.user_properties.append(("cpu_s", cpu_seconds() - item.stash[CPU_AT_START]))
+
+
+def pytest_runtest_logreport(report):
+    cpu = dict(report.user_properties).get("cpu_s")
+    if cpu is not None and report.duration >= 5:
+        CPU_SPENT.append((report.duration, cpu, report.when, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not CPU_SPENT:
+        return
+    terminalreporter.section("CPU beside wall (phases of 5 s or more, longest first)")
+    for wall, cpu, when, nodeid in sorted(CPU_SPENT, reverse=True)[:CPU_SUMMARY_LINES]:
+        terminalreporter.write_line(f"{wall:7.1f}s wall {cpu:7.1f}s CPU ({cpu / wall:4.2f} cores) {when:8s} {nodeid}")
+    wall, cpu = sum(w for w, *_ in CPU_SPENT), sum(c for _, c, *_ in CPU_SPENT)
+    terminalreporter.write_line(f"all of them: {wall:.0f} s wall, {cpu:.0f} s CPU ({cpu / wall:.2f} cores)")

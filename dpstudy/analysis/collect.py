@@ -49,7 +49,10 @@ def collect(
 
 
 def summarise(
-    tables: dict[str, pd.DataFrame], comm: pd.DataFrame | None = None, floor: pd.DataFrame | None = None
+    tables: dict[str, pd.DataFrame],
+    comm: pd.DataFrame | None = None,
+    floor: pd.DataFrame | None = None,
+    requests: list[dict] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.analysis.stats),
     "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
@@ -60,7 +63,8 @@ def summarise(
     "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots); "floor", the machine's
     floor runs (`floor`, dpstudy.analysis.floor.floor_table; None: the study measured none);
     "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit);
-    "predictions", every measured DDP setting forecast from the others (dpstudy.analysis.forecast)."""
+    "predictions", every measured DDP setting forecast from the others and the forecasts `requests`
+    asks for (dpstudy.study.predict.requests; dpstudy.analysis.forecast)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
@@ -83,5 +87,5 @@ def summarise(
         **pivots.overview_tables(settings),
         "floor": floor,
         "comm_fit": fits,
-        "predictions": forecast.leave_one_out(settings, cells, fits),
+        "predictions": forecast.predictions(settings, cells, fits, requests or []),
     }

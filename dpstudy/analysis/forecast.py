@@ -18,7 +18,8 @@ through the largest calibrated n, hidden is the nearest n's, and the all-reduce 
 from the fit at the nearest world size (latency x (n - 1), bytes x 2(n - 1)/n over its bus
 bandwidth). Each forecast says which (`how`: interpolated or extrapolated, `basis`).
 
-Leave-one-out: every measured DDP setting is forecast from the others (its own cells are not read),
+Requested forecasts (the study's `predict:` block, dpstudy.study.predict) use every measured setting
+of the workload. Leave-one-out: every measured DDP setting is forecast from the others (its own cells are not read),
 which is the model's error on this study; the 95 % interval of a forecast is exp(+-1.96 sigma) around
 it, sigma the RMS of those log errors (at least the settings' own noise), widened by 1 + the
 log2-distance to the calibrated world sizes and batches when extrapolating.
@@ -52,6 +53,7 @@ COLUMNS = (
     "predicted_speedup",
     "how",
     "basis",
+    "source",
     "measured_samples_per_s",
     "error",
 )
@@ -181,7 +183,8 @@ def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
 def leave_one_out(settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
     """The `predictions` table's measured rows: every DDP setting over 2+ ranks forecast from the
     workload's other settings (its own never read), beside what it measured; `error` is
-    predicted / measured - 1. A setting no other calibrates is left out."""
+    predicted / measured - 1 (and `noise_cv`, the setting's own, which the interval cannot beat). A
+    setting no other calibrates is left out."""
     single, ddp = calibration_inputs(settings, cells)
     rows = []
     for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
@@ -205,6 +208,7 @@ def leave_one_out(settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFram
                     **dict(zip(FORECAST_GROUP, key, strict=True)),
                     **{k: held_out[k] for k in ("mode", "backend", "devices", "global_batch")},
                     **made,
+                    "source": "leave-one-out",
                     "measured_samples_per_s": held_out["samples_per_s"],
                     "error": made["predicted_samples_per_s"] / held_out["samples_per_s"] - 1,
                     "noise_cv": held_out["noise_cv"],
@@ -216,7 +220,7 @@ def leave_one_out(settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFram
     sigma = model_sigma(table["error"], table["noise_cv"])
     bounds = [interval(p, sigma, d) for p, d in zip(table["predicted_samples_per_s"], table["distance"], strict=True)]
     table["predicted_low"], table["predicted_high"] = zip(*bounds, strict=True)
-    return table[list(COLUMNS)]
+    return table[[*COLUMNS, "noise_cv"]]
 
 
 def model_sigma(errors: pd.Series, noise_cv: pd.Series) -> float:
@@ -226,3 +230,51 @@ def model_sigma(errors: pd.Series, noise_cv: pd.Series) -> float:
     rms = float(np.sqrt(np.mean(logs**2))) if len(logs) else math.nan
     noise = float(np.nanmedian(noise_cv)) if noise_cv.notna().any() else 0.0
     return float(np.nanmax([rms, noise]))
+
+
+def requested(
+    settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame, requests: list[dict], sigma: float
+) -> pd.DataFrame:
+    """The `predictions` table's forecast rows: every request (dpstudy.study.predict.requests) for
+    every workload with measured DDP settings its filters match, calibrated on all of them; a
+    request the workload cannot answer (no DDP setting over its backend) is a row with the reason
+    as its basis and no numbers. `sigma`: the log spread of leave_one_out's errors."""
+    single, ddp = calibration_inputs(settings, cells)
+    rows = []
+    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
+        group = dict(zip(FORECAST_GROUP, key, strict=True))
+        singles = group_of(single, key)
+        if singles.empty:
+            continue
+        model = Workload(singles, own, fits)
+        for request in requests:
+            if any(request[k] is not None and group[k] not in request[k] for k in ("dataset", "model")):
+                continue
+            row = {**group, **{k: request[k] for k in ("mode", "backend")}, "source": "predict"}
+            row.update(devices=request["gpus"], global_batch=request["batch"])
+            try:
+                made = model.forecast(
+                    request["backend"],
+                    group["env_device"],
+                    request["gpus"],
+                    request["batch"],
+                    own["grad_bytes"].median(),
+                )
+            except LookupError as error:
+                rows.append({**row, "how": "not forecast", "basis": str(error)})
+                continue
+            low, high = interval(made["predicted_samples_per_s"], sigma, made["distance"])
+            rows.append({**row, **made, "predicted_low": low, "predicted_high": high})
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def predictions(settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame, requests: list[dict]) -> pd.DataFrame:
+    """The `predictions` table: leave_one_out's rows, then the requested forecasts."""
+    held_out = leave_one_out(settings, cells, fits)
+    if held_out.empty:  # nothing held out to check the model on: the settings' own noise alone
+        sigma = model_sigma(pd.Series(dtype=float), settings.get("noise_cv", pd.Series(dtype=float)))
+    else:
+        sigma = model_sigma(held_out["error"], held_out["noise_cv"])
+    forecasts = requested(settings, cells, fits, requests, sigma)
+    frames = [frame for frame in (held_out[list(COLUMNS)], forecasts) if not frame.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))

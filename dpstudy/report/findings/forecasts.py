@@ -26,9 +26,30 @@ def line(r) -> str:
     )
 
 
+def requested_line(r) -> str:
+    name = f"{setup_name(r['mode'], r['backend'], int(r['devices']))} at batch {int(r['global_batch'])}"
+    if r["how"] == "not forecast":
+        return f"- {workload(r)}, {name}: not forecast: {r['basis']}."
+    how = "" if r["how"] == "interpolated" else f"; extrapolated: {r['basis'].split('; ', 2)[-1]}"
+    return (
+        f"- {workload(r)}, {name}: {significant(r['predicted_samples_per_s'])} samples/s (95 % "
+        f"{significant(r['predicted_low'])}-{significant(r['predicted_high'])}), "
+        f"{r['predicted_speedup']:.2f}x one device{how}."
+    )
+
+
 def forecasts(tables: Tables) -> str:
-    """The leave-one-out forecasts and the model's error on this study."""
-    table = tables["predictions"]
+    """The leave-one-out forecasts and the model's error on this study, then the forecasts the
+    study's predict: block asks for."""
+    asked = tables["predictions"][tables["predictions"]["source"] == "predict"]
+    checked = held_out(tables["predictions"][tables["predictions"]["source"] == "leave-one-out"])
+    if asked.empty:
+        return checked
+    lines = ["Forecasts of settings not run (the study's `predict:`; the interval is the error above):", ""]
+    return "\n".join([checked, "", *lines, *(requested_line(r) for _, r in asked.iterrows())])
+
+
+def held_out(table) -> str:
     if table.empty:
         return not_measured(
             "a forecast is checked on two or more DDP settings of one workload over 2 or more ranks, "

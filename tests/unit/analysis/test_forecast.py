@@ -76,7 +76,7 @@ def tables(recs):
 def test_every_held_out_setting_is_recovered_from_the_others():
     settings, cells = tables(records())
     table = forecast.leave_one_out(settings, cells, FITS)
-    assert list(table.columns) == list(forecast.COLUMNS)
+    assert list(table.columns) == [*forecast.COLUMNS, "noise_cv"] and (table["source"] == "leave-one-out").all()
     assert sorted(table["global_batch"]) == [64, 128, 256, 512] and (table["devices"] == 2).all()
     # within the repeats' 1 % wobble (the geometric mean of 0.99 and 1.01 is 0.99995)
     assert table["error"].abs().max() < 0.002, table[["global_batch", "error"]]
@@ -131,3 +131,25 @@ def test_a_workload_no_ddp_setting_calibrates_is_an_error_naming_it():
         model.forecast("nccl", "cuda", 2, 256, GRAD_BYTES)
     with pytest.raises(LookupError, match="no all_reduce fit for gloo on cuda"):
         model.forecast("gloo", "cuda", 2, 256, GRAD_BYTES)
+
+
+def test_requested_forecasts_use_every_setting_and_say_which_they_cannot_make():
+    settings, cells = tables(records())
+    requests = [
+        {"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None},
+        {"mode": "ddp", "gpus": 2, "nodes": 1, "batch": 256, "backend": "nccl", "dataset": None, "model": None},
+        {"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": ["vit"]},
+    ]
+    table = forecast.predictions(settings, cells, FITS, requests)
+    asked = table[table["source"] == "predict"].set_index("backend")
+    assert len(table[table["source"] == "leave-one-out"]) == 4 and len(asked) == 2  # vit: no such workload
+    share, ring = 1 + (SHARE - 1) * 3, LATENCY_S * 3 + GRAD_BYTES * 2 * 3 / 4 / (GBPS * 1e9)
+    assert 256 / asked.loc["gloo", "predicted_samples_per_s"] == pytest.approx(t1(64) * share + HIDDEN * ring, rel=0.01)
+    assert (
+        asked.loc["gloo", "predicted_low"]
+        < asked.loc["gloo", "predicted_samples_per_s"]
+        < asked.loc["gloo", "predicted_high"]
+    )
+    assert pd.isna(asked.loc["gloo", "measured_samples_per_s"]) and asked.loc["gloo", "how"] == "extrapolated"
+    assert asked.loc["nccl", "how"] == "not forecast" and pd.isna(asked.loc["nccl", "predicted_samples_per_s"])
+    assert asked.loc["nccl", "basis"] == "no measured DDP setting over nccl calibrates it"

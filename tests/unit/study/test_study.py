@@ -182,6 +182,25 @@ def test_ddps_knobs_reach_only_ddp_cells_and_name_them_where_the_sweep_sets_them
         (lambda c: c.update(request_gpus="sometimes"), "request_gpus"),
         (lambda c: c.update(bench={"floor_seconds": 0}), "bench.floor_seconds: 0 is less than or equal to"),
         (lambda c: c.update(bench={"floor": "yes"}), "bench.floor: 'yes' is not of type 'boolean'"),
+        # the predict: block, checked before any job (dpstudy.study.predict)
+        (
+            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "mode": ["fsdp"]}]),
+            r"predict #1: mode 'fsdp' cannot be forecast: the model forecasts ddp",
+        ),
+        (
+            lambda c: c.update(
+                predict=[
+                    {"gpus": [4], "batch": [64], "backend": ["gloo"]},
+                    {"gpus": [3], "batch": [64], "backend": ["gloo"]},
+                ]
+            ),
+            r"predict #2: batch 64 is not divisible by gpus 3",
+        ),
+        (
+            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "nodes": [2]}]),
+            "predict #1: nodes 2 cannot be forecast: the model knows no link between nodes",
+        ),
+        (lambda c: c.update(predict=[{"gpus": [4], "batch": [64]}]), "predict.0: 'backend' is a required property"),
     ],
 )
 def test_bad_nodes_and_resources_are_named(change, message):
@@ -324,4 +343,18 @@ def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
     assert len(kept) == 1 + 2 + 2 * 2 * 2 + 2 * 2 * 2 * 2
     assert specs.complete({"dataset": "synthetic", "model": "lenet", "mode": "fsdp", "backend": "gloo"})["shard"] == (
         "full"
+    )
+
+
+def test_a_predict_block_is_every_combination_of_its_lists():
+    from dpstudy.study import predict
+
+    config = {
+        **copy.deepcopy(STUDY),
+        "predict": [{"gpus": [4, 8], "batch": [256, 512], "backend": ["gloo"], "model": ["lenet"]}],
+    }
+    asked = predict.requests(studies.load(config))
+    assert len(asked) == 4 and {(r["gpus"], r["batch"]) for r in asked} == {(4, 256), (4, 512), (8, 256), (8, 512)}
+    assert all(
+        r["mode"] == "ddp" and r["nodes"] == 1 and r["model"] == ["lenet"] and r["dataset"] is None for r in asked
     )
