@@ -237,23 +237,22 @@ def requested(
 ) -> pd.DataFrame:
     """The `predictions` table's forecast rows: every request (dpstudy.study.predict.requests) for
     every workload with measured DDP settings its filters match, calibrated on all of them; a
-    request the workload cannot answer (no DDP setting over its backend) is a row with the reason
+    request the workload cannot answer (no DDP setting over its backend, no all-reduce fit) is a row with the reason
     as its basis and no numbers. `sigma`: the log spread of leave_one_out's errors."""
     single, ddp = calibration_inputs(settings, cells)
     rows = []
-    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
+    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True) if requests else []:
         group = dict(zip(FORECAST_GROUP, key, strict=True))
         singles = group_of(single, key)
         if singles.empty:
             continue
-        model = Workload(singles, own, fits)
         for request in requests:
             if any(request[k] is not None and group[k] not in request[k] for k in ("dataset", "model")):
                 continue
             row = {**group, **{k: request[k] for k in ("mode", "backend")}, "source": "predict"}
             row.update(devices=request["gpus"], global_batch=request["batch"])
-            try:
-                made = model.forecast(
+            try:  # no all-reduce fit (bench comm: false) or no DDP setting over the backend: say so
+                made = Workload(singles, own, fits).forecast(
                     request["backend"],
                     group["env_device"],
                     request["gpus"],

@@ -148,7 +148,10 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
     asked = table[table["source"] == "predict"].set_index(["backend", "devices"])
     assert sorted(asked.index) == [("gloo", 4), ("gloo", 8), ("nccl", 4), ("nccl", 8)]
     assert (asked.loc["gloo", "how"] == "extrapolated").all() and (asked.loc["gloo", "predicted_speedup"] > 0).all()
-    assert asked.loc[("gloo", 8), "basis"].endswith("8 ranks extrapolated from 2")
+    assert (
+        "; 8 ranks extrapolated from 2; per-device batch 32 outside the measured 64-256"
+        in asked.loc[("gloo", 8), "basis"]
+    )
     assert (asked.loc["nccl", "how"] == "not forecast").all() and asked.loc[
         "nccl", "predicted_samples_per_s"
     ].isna().all()

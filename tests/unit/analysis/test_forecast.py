@@ -153,3 +153,12 @@ def test_requested_forecasts_use_every_setting_and_say_which_they_cannot_make():
     assert pd.isna(asked.loc["gloo", "measured_samples_per_s"]) and asked.loc["gloo", "how"] == "extrapolated"
     assert asked.loc["nccl", "how"] == "not forecast" and pd.isna(asked.loc["nccl", "predicted_samples_per_s"])
     assert asked.loc["nccl", "basis"] == "no measured DDP setting over nccl calibrates it"
+
+
+def test_without_the_all_reduce_fit_nothing_is_held_out_and_a_request_says_why():
+    settings, cells = tables(records())
+    request = {"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None}
+    no_fits = FITS.iloc[0:0]  # a study with bench comm: false
+    assert forecast.predictions(settings, cells, no_fits, []).empty
+    (row,) = forecast.predictions(settings, cells, no_fits, [request]).to_dict("records")
+    assert row["how"] == "not forecast" and row["basis"] == "no all_reduce fit for gloo on cpu (comm_bench)"
