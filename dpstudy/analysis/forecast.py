@@ -237,8 +237,8 @@ def requested(
 ) -> pd.DataFrame:
     """The `predictions` table's forecast rows: every request (dpstudy.study.predict.requests) for
     every workload with measured DDP settings its filters match, calibrated on all of them; a
-    request the workload cannot answer (no DDP setting over its backend, no all-reduce fit) is a row with the reason
-    as its basis and no numbers. `sigma`: the log spread of leave_one_out's errors."""
+    request the workload cannot answer (no DDP setting over its backend, no all-reduce fit) is a
+    row with the reason as its basis and no numbers. `sigma`: the log spread of leave_one_out's errors."""
     single, ddp = calibration_inputs(settings, cells)
     rows = []
     for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True) if requests else []:
@@ -246,13 +246,19 @@ def requested(
         singles = group_of(single, key)
         if singles.empty:
             continue
+        try:  # no all-reduce fit (bench comm: false): every request of the workload says so
+            model, unfit = Workload(singles, own, fits), None
+        except LookupError as error:
+            model, unfit = None, str(error)
         for request in requests:
             if any(request[k] is not None and group[k] not in request[k] for k in ("dataset", "model")):
                 continue
             row = {**group, **{k: request[k] for k in ("mode", "backend")}, "source": "predict"}
             row.update(devices=request["gpus"], global_batch=request["batch"])
-            try:  # no all-reduce fit (bench comm: false) or no DDP setting over the backend: say so
-                made = Workload(singles, own, fits).forecast(
+            try:  # no DDP setting over the request's backend: say so
+                if model is None:
+                    raise LookupError(unfit)
+                made = model.forecast(
                     request["backend"],
                     group["env_device"],
                     request["gpus"],

@@ -16,23 +16,32 @@ INTRO = (
 )
 
 
-def line(r) -> str:
+def head(r) -> str:
+    """ "- synthetic/lenet, DDP (gloo) on 8 devices at batch 256" """
     name = f"{setup_name(r['mode'], r['backend'], int(r['devices']))} at batch {int(r['global_batch'])}"
-    how = "" if r["how"] == "interpolated" else f"; extrapolated: {r['basis'].split('; ', 2)[-1]}"
+    return f"- {workload(r)}, {name}"
+
+
+def extrapolation(r) -> str:
+    """ "; extrapolated: <what beyond the measured>" ("" for an interpolated forecast)."""
+    return "" if r["how"] == "interpolated" else f"; extrapolated: {r['basis'].split('; ', 2)[-1]}"
+
+
+def line(r) -> str:
+    how = extrapolation(r)
     return (
-        f"- {workload(r)}, {name}: forecast {significant(r['predicted_samples_per_s'])} samples/s "
+        f"{head(r)}: forecast {significant(r['predicted_samples_per_s'])} samples/s "
         f"(95 % {significant(r['predicted_low'])}-{significant(r['predicted_high'])}), measured "
         f"{significant(r['measured_samples_per_s'])}: error {r['error'] * 100:+.1f} %{how}."
     )
 
 
 def requested_line(r) -> str:
-    name = f"{setup_name(r['mode'], r['backend'], int(r['devices']))} at batch {int(r['global_batch'])}"
     if r["how"] == "not forecast":
-        return f"- {workload(r)}, {name}: not forecast: {r['basis']}."
-    how = "" if r["how"] == "interpolated" else f"; extrapolated: {r['basis'].split('; ', 2)[-1]}"
+        return f"{head(r)}: not forecast: {r['basis']}."
+    how = extrapolation(r)
     return (
-        f"- {workload(r)}, {name}: {significant(r['predicted_samples_per_s'])} samples/s (95 % "
+        f"{head(r)}: {significant(r['predicted_samples_per_s'])} samples/s (95 % "
         f"{significant(r['predicted_low'])}-{significant(r['predicted_high'])}), "
         f"{r['predicted_speedup']:.2f}x one device{how}."
     )

@@ -14,6 +14,23 @@ def predictions(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{**common, **row} for row in rows], columns=list(forecast.COLUMNS))
 
 
+# DDP on 2 ranks at batch 256 forecast from the other settings: 3 % over what it measured
+HELD_OUT_256 = {
+    "mode": "ddp",
+    "backend": "gloo",
+    "devices": 2,
+    "global_batch": 256,
+    "predicted_samples_per_s": 20600.0,
+    "predicted_low": 18000.0,
+    "predicted_high": 23000.0,
+    "predicted_speedup": 1.1,
+    "how": "interpolated",
+    "basis": "2 single-device batch(es); 1 DDP setting(s) at n=2",
+    "measured_samples_per_s": 20000.0,
+    "error": 0.03,
+}
+
+
 def test_each_held_out_setting_is_a_line_and_the_error_is_summed_up():
     table = predictions(
         [
@@ -32,20 +49,7 @@ def test_each_held_out_setting_is_a_line_and_the_error_is_summed_up():
                 "measured_samples_per_s": 10000.0,
                 "error": -0.1,
             },
-            {
-                "mode": "ddp",
-                "backend": "gloo",
-                "devices": 2,
-                "global_batch": 256,
-                "predicted_samples_per_s": 20600.0,
-                "predicted_low": 18000.0,
-                "predicted_high": 23000.0,
-                "predicted_speedup": 1.1,
-                "how": "interpolated",
-                "basis": "2 single-device batch(es); 1 DDP setting(s) at n=2",
-                "measured_samples_per_s": 20000.0,
-                "error": 0.03,
-            },
+            HELD_OUT_256,
         ]
     )
     text = findings.forecasts({"predictions": table})
@@ -64,24 +68,10 @@ def test_a_study_without_two_ddp_settings_says_why_there_is_no_forecast():
 
 
 def test_forecasts_the_study_asked_for_follow_with_their_basis_or_why_not():
-    checked = {
-        "mode": "ddp",
-        "backend": "gloo",
-        "devices": 2,
-        "global_batch": 256,
-        "predicted_samples_per_s": 20600.0,
-        "predicted_low": 18000.0,
-        "predicted_high": 23000.0,
-        "predicted_speedup": 1.1,
-        "how": "interpolated",
-        "basis": "2 single-device batch(es); 1 DDP setting(s) at n=2",
-        "measured_samples_per_s": 20000.0,
-        "error": 0.03,
-    }
     asked = {"source": "predict", "mode": "ddp", "devices": 8, "global_batch": 256}
     table = predictions(
         [
-            checked,
+            HELD_OUT_256,
             {
                 **asked,
                 "backend": "gloo",
