@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpstudy.analysis import comm_fit, comparisons, forecast, memory, pivots, scaling, stats, strategies, summary
+from dpstudy.analysis import comm_fit, comparisons, memory, pivots, predictions, scaling, stats, strategies, summary
 from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.records import read_records
 from dpstudy.analysis.tables import FactoryHash, cells_table, epochs_table, ranks_table, util_table
@@ -64,7 +64,7 @@ def summarise(
     floor runs (`floor`, dpstudy.analysis.floor.floor_table; None: the study measured none);
     "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit);
     "predictions", every measured DDP setting forecast from the others and the forecasts `requests`
-    asks for (dpstudy.study.predict.requests; dpstudy.analysis.forecast)."""
+    asks for (dpstudy.study.predict.requests; dpstudy.analysis.predictions)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
@@ -87,5 +87,5 @@ def summarise(
         **pivots.overview_tables(settings),
         "floor": floor,
         "comm_fit": fits,
-        "predictions": forecast.predictions(settings, cells, fits, requests or []),
+        "predictions": predictions.predictions(settings, cells, fits, requests or [], tables["memory_split"]),
     }

@@ -50,6 +50,7 @@ FIGURES = (
     "throughput.png",
     "scaling.png",
     "model.png",
+    "forecasts.png",
     "epoch_split.png",
     "accuracy_epochs.png",
     "accuracy_batch.png",

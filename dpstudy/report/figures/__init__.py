@@ -24,6 +24,7 @@ import seaborn as sns
 from dpstudy.report.figures import (  # noqa: F401 (each registers its figures)
     accuracy,
     backends,
+    forecasts,
     heatmaps,
     memory,
     scaling,

@@ -1,17 +1,24 @@
-"""The report's forecast section (dpstudy.report.findings.forecasts): it phrases the predictions table."""
+"""The report's forecast section (dpstudy.report.findings.forecasts), which phrases the predictions
+table, and its figure (forecasts.png), which draws it beside the measured settings."""
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import pandas as pd
+import pytest
+from helpers.plots import errorbars, repeated, tables_of
+from helpers.records import make_record
 
 from dpstudy.analysis import forecast
+from dpstudy.analysis.predictions import COLUMNS
+from dpstudy.report import figures as plots
 from dpstudy.report import findings
 
 
 def predictions(rows: list[dict]) -> pd.DataFrame:
     common = {k: None for k in forecast.FORECAST_GROUP} | {"dataset": "synthetic", "model": "lenet"}
     common["source"] = "leave-one-out"
-    return pd.DataFrame([{**common, **row} for row in rows], columns=list(forecast.COLUMNS))
+    return pd.DataFrame([{**common, **row} for row in rows], columns=list(COLUMNS))
 
 
 # DDP on 2 ranks at batch 256 forecast from the other settings: 3 % over what it measured
@@ -99,3 +106,78 @@ def test_forecasts_the_study_asked_for_follow_with_their_basis_or_why_not():
     assert (
         "DDP (nccl) on 8 devices at batch 256: not forecast: no measured DDP setting over nccl calibrates it." in text
     )
+
+
+@pytest.fixture
+def forecast_tables(tmp_path) -> dict[str, pd.DataFrame]:
+    """Single and DDP/gloo over 2 ranks at batch 256 (three repeats each), the DDP setting also held
+    out (HELD_OUT_256), and forecasts at 4 ranks (interpolated, for the test) and 8 (extrapolated)."""
+    tables = tables_of(
+        tmp_path,
+        [
+            *repeated([1000.0, 1040.0, 960.0], mode="single", batch=256, memory=[(1.0, 1.0, 2.0, 25.6)]),
+            *repeated(
+                [1500.0, 1620.0, 1410.0], mode="ddp", gpus=2, backend="gloo", batch=256, memory=[(1, 2, 2, 12.8)] * 2
+            ),
+        ],
+    )
+    ahead = {"source": "predict", "mode": "ddp", "backend": "gloo", "global_batch": 256}
+    tables["predictions"] = predictions(
+        [
+            HELD_OUT_256,
+            {**ahead, "devices": 4, "predicted_memory_mb": 11.4, "predicted_memory_low": 10.0,
+             "predicted_memory_high": 13.0, "predicted_samples_per_s": 2000.0, "predicted_low": 1600.0,
+             "predicted_high": 2500.0, "predicted_speedup": 2.0, "how": "interpolated", "basis": "b"},
+            {**ahead, "devices": 8, "predicted_samples_per_s": 2400.0, "predicted_low": 1200.0,
+             "predicted_high": 4800.0, "predicted_speedup": 2.4, "how": "extrapolated", "basis": "b; c; 8 ranks"},
+            {**ahead, "devices": 16, "how": "not forecast", "basis": "no all_reduce fit"},
+        ]
+    )  # fmt: skip
+    return tables
+
+
+def test_each_point_is_drawn_with_its_own_interval(forecast_tables):
+    fig = plots.FIGURES["forecasts.png"](forecast_tables)
+    ax, memory_ax = fig.axes  # speedup above, memory per device below
+    measured = forecast_tables["settings"].query("devices == 2").iloc[0]
+    assert measured["speedup_low"] < measured["speedup"] < measured["speedup_high"]
+    points = [p for points, _ in errorbars(ax) for p in points]
+    assert (2, pytest.approx(measured["speedup"])) in points
+    # the held-out forecast of the measured setting, beside it: its speedup 1.1, its interval scaled alike
+    assert (pytest.approx(2 * 1.06), pytest.approx(1.1)) in points
+    # forecasts: the speedup and the prediction interval's ratios to the throughput (4 ranks: 1.6-2.5)
+    bars_at_4 = next(bars for points, bars in errorbars(ax) if points and points[0][0] == 4)
+    assert bars_at_4[0] == [[4, pytest.approx(1.6)], [4, pytest.approx(2.5)]]
+    bars_at_8 = next(bars for points, bars in errorbars(ax) if points and points[0][0] == 8)
+    assert bars_at_8[0] == [[8, pytest.approx(1.2)], [8, pytest.approx(4.8)]]
+    # a request that was not forecast is not a point; the title gives the held-out error
+    assert 16 not in {p[0] for p in points}
+    assert "leave-one-out median |error|: throughput 3.0 %" in ax.get_title()
+    # an extrapolated forecast's bar is dotted, an interpolated one's solid
+    dashes = {c.lines[0].get_xdata()[0]: c.lines[2][0].get_linestyle()[0][1] for c in ax.containers}
+    assert dashes[8] is not None and dashes[4] is None
+    # memory per device: one device's 29.6 MB at batch 256, two ranks' 17.8 each, 4 ranks' forecast
+    memory_points = [p for points, _ in errorbars(memory_ax) for p in points]
+    for point in ((1, 29.6), (2, 17.8), (4, 11.4)):
+        assert pytest.approx(point) in memory_points
+    plt.close(fig)
+
+
+def test_a_study_without_forecasts_says_so(tmp_path):
+    tables = tables_of(tmp_path, [make_record(mode="single")])
+    tables["predictions"] = predictions([])
+    fig = plots.FIGURES["forecasts.png"](tables)
+    assert "No forecast" in "\n".join(t.get_text() for t in fig.findobj(plt.Text))
+    plt.close(fig)
+
+
+def test_memory_per_device_is_told_beside_the_throughput_where_it_was_forecast():
+    memory = {"predicted_memory_mb": 41.0, "predicted_memory_low": 38.0, "predicted_memory_high": 44.0}
+    held = {**HELD_OUT_256, **memory, "measured_memory_mb": 40.0, "memory_error": 0.025}
+    asked = {**HELD_OUT_256, **memory, "source": "predict", "devices": 8, "how": "interpolated"}
+    text = findings.forecasts({"predictions": predictions([held, asked])})
+    assert (
+        "measured 20,000: error +3.0 %; memory 41.0 MB per device (95 % 38.0-44.0), measured 40.0: error +2.5 %."
+        in text
+    )
+    assert "1.10x one device; memory 41.0 MB per device (95 % 38.0-44.0)." in text

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import REPO
+from helpers.plots import errorbars, repeated, tables_of
 from helpers.records import (
     CURRENT,
     DP_REASON,
@@ -29,10 +30,6 @@ from dpstudy.report import figures as plots
 from dpstudy.report.figures import layout
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def tables_of(directory: Path, records: list[dict]) -> dict[str, pd.DataFrame]:
-    return collect.summarise(collect.collect(write_records(directory, records), CURRENT))
 
 
 def copied(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -94,6 +91,7 @@ def test_registry_names_png_files():
         "throughput.png",
         "scaling.png",
         "model.png",
+        "forecasts.png",
         "epoch_split.png",
         "accuracy_epochs.png",
         "accuracy_batch.png",
@@ -184,24 +182,6 @@ def test_the_model_figure_puts_each_setting_at_predicted_and_measured_speedup(tm
     assert points == [pytest.approx((row["predicted_speedup"], 1.5))]
     assert any(list(line.get_ydata()) == [2, 2] for line in ax.lines)  # the ideal 2x
     plt.close(fig)
-
-
-def repeated(rates: list[float], **keys) -> list[dict]:
-    """One record per throughput in `rates`: the repeats r0, r1, ... of one setting."""
-    return [make_record(samples_per_s=rate, repeat=i, suffix=f"-r{i}", **keys) for i, rate in enumerate(rates)]
-
-
-def errorbars(ax) -> list[tuple[list[tuple], list]]:
-    """(marker points, error bar segments) of every errorbar drawn on `ax`."""
-    from matplotlib.container import ErrorbarContainer
-
-    found = []
-    for container in ax.containers:
-        if isinstance(container, ErrorbarContainer):
-            data_line, _, bars = container.lines
-            points = list(zip(data_line.get_xdata(), data_line.get_ydata()))
-            found.append((points, [s.tolist() for c in bars for s in c.get_segments() if len(s)]))  # NaN: none
-    return found
 
 
 @pytest.fixture

@@ -1,0 +1,204 @@
+"""The `predictions` table: every measured DDP setting forecast from the others (leave-one-out, the
+model's error on this study), then the forecasts the study's `predict:` block asks for
+(dpstudy.study.predict), each by dpstudy.analysis.forecast's model of its workload.
+
+Per row: throughput and speedup over one device, memory per device (the fullest device's step
+peak by PyTorch's tracker), each forecast with a 95 % interval; how it was reached (`how`,
+`basis`); for a held-out setting what it measured and the errors (predicted / measured - 1). The
+intervals' sigma is the RMS of the held-out log errors, never below the settings' own noise for
+throughput: a model cannot be checked to better than its inputs scatter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval
+from dpstudy.analysis.memory_forecast import setting_memory
+
+COLUMNS = (
+    *FORECAST_GROUP,
+    "mode",
+    "backend",
+    "devices",
+    "global_batch",
+    "predicted_samples_per_s",
+    "predicted_low",
+    "predicted_high",
+    "predicted_speedup",
+    "predicted_memory_mb",
+    "predicted_memory_low",
+    "predicted_memory_high",
+    "how",
+    "basis",
+    "source",
+    "measured_samples_per_s",
+    "error",
+    "measured_memory_mb",
+    "memory_error",
+)
+PROBES = ("sync_step_s", "nosync_step_s", "grad_bytes")  # the DDP probe's fields a forecast reads
+
+
+def calibration_inputs(
+    settings: pd.DataFrame, cells: pd.DataFrame, split: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(single-device settings, DDP settings over 2+ ranks with the medians of their cells' probes),
+    both with `memory_mb` (dpstudy.analysis.memory_forecast.setting_memory over `split`, the
+    memory_split table; NaN without it)."""
+    settings = settings.assign(memory_mb=setting_memory(settings, split))
+    single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
+    ddp = settings[(settings["mode"] == "ddp") & (settings["devices"] > 1)].copy()
+    probes = cells.set_index("cell")[list(PROBES)]
+    for column in PROBES:  # the setting's `cells`: its finished repeats, space-separated
+        ddp[column] = [probes.loc[ids.split(), column].median() for ids in ddp["cells"]]
+    return single, ddp[ddp[list(PROBES)].notna().all(axis=1)]
+
+
+def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    mask = np.ones(len(frame), bool)
+    for column, value in zip(FORECAST_GROUP, key, strict=True):
+        mask &= (frame[column] == value).to_numpy() | (frame[column].isna().to_numpy() & pd.isna(value))
+    return frame[mask]
+
+
+def leave_one_out(
+    settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame, split: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The table's measured rows: every DDP setting over 2+ ranks forecast from the workload's other
+    settings (its own never read), beside what it measured (and `noise_cv`, its own, which the
+    interval cannot beat). A setting no other calibrates is left out."""
+    single, ddp = calibration_inputs(settings, cells, split)
+    rows = []
+    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
+        singles = group_of(single, key)
+        if singles.empty:
+            continue
+        for index, held_out in own.iterrows():
+            try:
+                model = Workload(singles, own.drop(index), fits)
+                made = model.forecast(
+                    held_out["backend"],
+                    held_out["env_device"],
+                    int(held_out["devices"]),
+                    int(held_out["global_batch"]),
+                    held_out["grad_bytes"],
+                )
+            except LookupError:
+                continue
+            rows.append(
+                {
+                    **dict(zip(FORECAST_GROUP, key, strict=True)),
+                    **{k: held_out[k] for k in ("mode", "backend", "devices", "global_batch")},
+                    **made,
+                    "source": "leave-one-out",
+                    "measured_samples_per_s": held_out["samples_per_s"],
+                    "error": made["predicted_samples_per_s"] / held_out["samples_per_s"] - 1,
+                    "measured_memory_mb": held_out["memory_mb"],
+                    "memory_error": made["predicted_memory_mb"] / held_out["memory_mb"] - 1,
+                    "noise_cv": held_out["noise_cv"],
+                }
+            )
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return pd.DataFrame(columns=[*COLUMNS, "noise_cv"])
+    with_intervals(table, *sigmas(table))
+    return table[[*COLUMNS, "noise_cv"]]
+
+
+def model_sigma(errors: pd.Series, noise_cv: pd.Series | None = None) -> float:
+    """The log-scale spread of a forecast: the RMS of the held-out log errors, never below the
+    settings' own median noise where given; NaN with no error to go by."""
+    logs = np.log1p(errors.dropna().astype(float))
+    rms = float(np.sqrt(np.mean(logs**2))) if len(logs) else math.nan
+    noise = float(np.nanmedian(noise_cv)) if noise_cv is not None and noise_cv.notna().any() else math.nan
+    return math.nan if math.isnan(rms) and math.isnan(noise) else float(np.nanmax([rms, noise]))
+
+
+def sigmas(held_out: pd.DataFrame) -> tuple[float, float]:
+    """(throughput's sigma, memory's sigma) from the held-out rows."""
+    return model_sigma(held_out["error"], held_out["noise_cv"]), model_sigma(held_out["memory_error"])
+
+
+def with_intervals(table: pd.DataFrame, sigma: float, memory_sigma: float) -> None:
+    """Each row's 95 % intervals of throughput and memory, in place (NaN where the sigma is)."""
+    for value, sig, low, high in (
+        ("predicted_samples_per_s", sigma, "predicted_low", "predicted_high"),
+        ("predicted_memory_mb", memory_sigma, "predicted_memory_low", "predicted_memory_high"),
+    ):
+        bounds = [interval(p, sig, d) for p, d in zip(table[value], table["distance"], strict=True)]
+        table[low], table[high] = zip(*bounds, strict=True) if bounds else ([], [])
+
+
+def requested(
+    settings: pd.DataFrame,
+    cells: pd.DataFrame,
+    fits: pd.DataFrame,
+    requests: list[dict],
+    sigma: tuple[float, float],
+    split: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The table's forecast rows: every request (dpstudy.study.predict.requests) for every workload
+    with measured DDP settings its filters match, calibrated on all of them; a request the workload
+    cannot answer (no DDP setting over its backend, no all-reduce fit) is a row with the reason as
+    its basis and no numbers. `sigma`: sigmas() of the held-out rows."""
+    single, ddp = calibration_inputs(settings, cells, split)
+    rows = []
+    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True) if requests else []:
+        group = dict(zip(FORECAST_GROUP, key, strict=True))
+        singles = group_of(single, key)
+        if singles.empty:
+            continue
+        try:  # no all-reduce fit (bench comm: false): every request of the workload says so
+            model, unfit = Workload(singles, own, fits), None
+        except LookupError as error:
+            model, unfit = None, str(error)
+        for request in requests:
+            if any(request[k] is not None and group[k] not in request[k] for k in ("dataset", "model")):
+                continue
+            row = {**group, **{k: request[k] for k in ("mode", "backend")}, "source": "predict"}
+            row.update(devices=request["gpus"], global_batch=request["batch"])
+            try:  # no DDP setting over the request's backend: say so
+                if model is None:
+                    raise LookupError(unfit)
+                made = model.forecast(
+                    request["backend"],
+                    group["env_device"],
+                    request["gpus"],
+                    request["batch"],
+                    own["grad_bytes"].median(),
+                )
+            except LookupError as error:
+                rows.append({**row, "how": "not forecast", "basis": str(error)})
+                continue
+            rows.append({**row, **made})
+    table = pd.DataFrame(rows, columns=[*COLUMNS, "distance"])
+    forecast_rows = table["how"] != "not forecast"
+    if forecast_rows.any():
+        made = table[forecast_rows].copy()
+        with_intervals(made, *sigma)
+        table.loc[forecast_rows, made.columns] = made
+    return table[list(COLUMNS)]
+
+
+def predictions(
+    settings: pd.DataFrame,
+    cells: pd.DataFrame,
+    fits: pd.DataFrame,
+    requests: list[dict],
+    split: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The `predictions` table: leave_one_out's rows, then the requested forecasts."""
+    held_out = leave_one_out(settings, cells, fits, split)
+    if held_out.empty:  # nothing held out to check the model on: the settings' own noise alone
+        sigma = (model_sigma(pd.Series(dtype=float), settings.get("noise_cv")), math.nan)
+    else:
+        sigma = sigmas(held_out)
+    forecasts = requested(settings, cells, fits, requests, sigma, split)
+    frames = [frame for frame in (held_out[list(COLUMNS)], forecasts) if not frame.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))

@@ -1,0 +1,184 @@
+"""What would N give: speedup and memory per device against device count per workload, the measured
+DDP settings (speedup with its 95 % interval) beside the forecasts (the predictions table) with
+their prediction intervals; forecasts hollow on a dashed line, extrapolated ones with dotted bars;
+the leave-one-out forecasts of measured settings as crosses beside them, so the model's error on
+this study is seen where it was checked."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from dpstudy.analysis.memory_forecast import setting_memory
+from dpstudy.report.figures.layout import MARKERS, Tables, figure, finish, labelled, message, settings_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+KINDS = ("measured", "leave-one-out", "forecast", "forecast, extrapolated")
+# the figure's rows: (value, low, high) columns of points() and the axis label
+METRICS = {
+    "speedup": (("speedup", "low", "high"), "speedup vs one device"),
+    "memory": (("memory", "memory_low", "memory_high"), "MB per device (step's peak, tracker)"),
+}
+POINT_COLUMNS = ["workload", "variant", "global_batch", "devices", "kind"]
+POINT_COLUMNS += [c for columns, _ in METRICS.values() for c in columns]
+
+
+def points(tables: Tables) -> pd.DataFrame:
+    """A row per point: workload, variant, global_batch, devices, speedup with low and high, kind
+    (KINDS). Measured: the settings table's DDP settings (and 1 device at speedup 1); forecasts:
+    the predictions table's, their speedup interval the throughput interval's ratios."""
+    table = tables["predictions"]
+    table = table[table["how"] != "not forecast"].dropna(subset=["predicted_samples_per_s"])
+    if table.empty:
+        return pd.DataFrame(
+            columns=["workload", "variant", "global_batch", "devices", "speedup", "low", "high", "kind"]
+        )
+    ratio = table["predicted_speedup"] / table["predicted_samples_per_s"]
+    kind = np.where(
+        table["source"] == "leave-one-out",
+        "leave-one-out",
+        np.where(table["how"] == "extrapolated", "forecast, extrapolated", "forecast"),
+    )
+    made = pd.DataFrame(
+        {
+            "workload": table["dataset"] + "/" + table["model"],
+            "variant": table["mode"] + "/" + table["backend"],
+            "global_batch": table["global_batch"].astype(int),
+            "devices": table["devices"].astype(int),
+            "speedup": table["predicted_speedup"],
+            "low": table["predicted_low"] * ratio,
+            "high": table["predicted_high"] * ratio,
+            "memory": table["predicted_memory_mb"],
+            "memory_low": table["predicted_memory_low"],
+            "memory_high": table["predicted_memory_high"],
+            "kind": kind,
+        }
+    )
+    settings = settings_of(tables)
+    settings = settings.assign(memory=setting_memory(settings, tables.get("memory_split")))
+    ddp = settings[(settings["mode"] == "ddp") & settings["workload"].isin(made["workload"])]
+    measured = pd.DataFrame(
+        {
+            "workload": ddp["workload"],
+            "variant": ddp["variant"],
+            "global_batch": ddp["global_batch"].astype(int),
+            "devices": ddp["devices"].astype(int),
+            "speedup": ddp["speedup"],
+            "low": ddp["speedup_low"],
+            "high": ddp["speedup_high"],
+            "memory": ddp["memory"],
+            "kind": "measured",
+        }
+    )
+    lines = pd.concat([measured, made])[["workload", "variant", "global_batch"]].drop_duplicates()
+    single = settings[settings["mode"] == "single"].set_index(["workload", "global_batch"])["memory"]
+    single = single[~single.index.duplicated()]
+    origins = lines.assign(devices=1, speedup=1.0, kind="measured")
+    origins["memory"] = single.reindex(pd.MultiIndex.from_frame(lines[["workload", "global_batch"]])).to_numpy()
+    return pd.concat([origins, measured, made], ignore_index=True).reindex(columns=POINT_COLUMNS)
+
+
+@figure
+def forecasts(tables: Tables) -> Figure:
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    cells = labelled(tables["cells"])
+    title = "What would N give? Speedup vs devices: measured, held out and forecast"
+    data = points(tables)
+    if data.empty:
+        return message("No forecast: the study has no DDP settings to calibrate on (see the report).", title, cells)
+    workloads = sorted(data["workload"].unique())
+    rows = [m for m in METRICS if data[METRICS[m][0][0]].notna().any()]
+    size = (5.2 * len(workloads), 3.8 * len(rows))
+    fig, axes = plt.subplots(len(rows), len(workloads), figsize=size, squeeze=False, sharex="col")
+    variants = sorted(data["variant"].unique())
+    colours = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
+    batches = sorted(data["global_batch"].unique())
+    markers = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(batches)}
+    for column, name in enumerate(workloads):
+        for row, metric in enumerate(rows):
+            draw_workload(axes[row, column], data[data["workload"] == name], metric, colours, markers)
+        ax = axes[0, column]
+        held = tables["predictions"]
+        held = held[(held["source"] == "leave-one-out") & (held["dataset"] + "/" + held["model"] == name)]
+        error = "not checked on a held-out setting"
+        if len(held):
+            error = f"leave-one-out median |error|: throughput {held['error'].abs().median() * 100:.1f} %"
+            if held["memory_error"].notna().any():
+                error += f", memory {held['memory_error'].abs().median() * 100:.1f} %"
+        ax.set_title(f"{name}\n{error}", fontsize=9)
+    legend(fig, colours, markers)
+    return finish(fig, title, cells)
+
+
+def draw_workload(ax, data: pd.DataFrame, metric: str, colours: dict, markers: dict) -> None:
+    """One workload's `metric` (METRICS): per (variant, batch) a solid line through the measured
+    points and a dashed one on to the forecasts; every point with its interval; for the speedup the
+    ideal n x dotted."""
+    from matplotlib import ticker
+
+    (value, low, high), label = METRICS[metric]
+    data = data.dropna(subset=[value])
+    for (variant, batch), rows in data.groupby(["variant", "global_batch"]):
+        colour, marker = colours[variant], markers[batch]
+        measured = rows[rows["kind"] == "measured"].sort_values("devices")
+        ahead = rows[rows["kind"].str.startswith("forecast")].sort_values("devices")
+        ax.plot(measured["devices"], measured[value], color=colour, lw=1.5)
+        if not ahead.empty:
+            start = measured.tail(1)
+            ax.plot([*start["devices"], *ahead["devices"]], [*start[value], *ahead[value]], color=colour, ls="--")
+        for kind, face, style in (
+            ("measured", colour, "-"),
+            ("forecast", "white", "-"),
+            ("forecast, extrapolated", "white", ":"),
+            ("leave-one-out", colour, "-"),
+        ):
+            part = rows[rows["kind"] == kind]
+            if part.empty:
+                continue
+            below = (part[value] - part[low]).clip(lower=0).to_numpy(dtype=float)
+            above = (part[high] - part[value]).clip(lower=0).to_numpy(dtype=float)
+            shown = ax.errorbar(
+                part["devices"] * (1.06 if kind == "leave-one-out" else 1.0),  # beside the measured point
+                part[value],
+                yerr=[below, above],
+                fmt="x" if kind == "leave-one-out" else marker,
+                mfc=face,
+                mec=colour,
+                color=colour,
+                ms=6,
+                elinewidth=0.9,
+                capsize=2,
+            )
+            for bar in shown[2]:
+                bar.set_linestyle(style)
+    devices = sorted(data["devices"].unique())
+    if metric == "speedup":
+        ax.plot([1, max(devices)], [1, max(devices)], ls=":", color="0.4", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(ticker.FixedLocator(devices))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+    ax.set_xlabel("devices")
+    ax.set_ylabel(label)
+
+
+def legend(fig, colours: dict, markers: dict) -> None:
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, lw=1.5, label=v) for v, c in colours.items()]
+    handles += [Line2D([], [], color="0.3", marker=m, ls="none", label=f"batch {b}") for b, m in markers.items()]
+    handles += [
+        Line2D([], [], color="0.3", marker="o", label="measured (bar: 95 % interval)"),
+        Line2D([], [], color="0.3", marker="x", ls="none", label="measured setting forecast without it"),
+        Line2D([], [], color="0.3", marker="o", mfc="white", ls="--", label="forecast (bar: 95 % prediction)"),
+        Line2D([], [], color="0.3", marker="o", mfc="white", ls="--", label="forecast, extrapolated (dotted bar)"),
+        Line2D([], [], color="0.4", ls=":", lw=0.8, label="ideal n x"),
+    ]
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout()
