@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import machine
 
 from dpstudy.ext.cache import ENV as EXT_CACHE_ENV
 
@@ -89,6 +90,7 @@ def pytest_configure(config):
     a speed; a study run by hand spins as OpenMP does by default."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
+        config.machine_at_start = machine.reference()  # before any worker starts: an idle machine
         os.environ.setdefault("DPSTUDY_GPU_SEED", str(secrets.randbelow(2**31)))
         config.ext_cache = tempfile.mkdtemp(prefix="dpstudy-ext-cache-")
         os.environ[EXT_CACHE_ENV] = config.ext_cache
@@ -185,7 +187,10 @@ def pytest_runtest_logreport(report):
         CPU_SPENT.append((report.duration, cpu, report.when, report.nodeid))
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    if getattr(config, "machine_at_start", None):  # once every worker has finished: idle again
+        terminalreporter.section("machine reference (tests/helpers/machine.py: one core, pure Python)")
+        terminalreporter.write_line(f"at the start: {config.machine_at_start}; at the end: {machine.reference()}")
     if not CPU_SPENT:
         return
     terminalreporter.section("CPU beside wall (phases of 5 s or more, longest first)")
