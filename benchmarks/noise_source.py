@@ -18,7 +18,7 @@ A large F with a small within-process CV says the noise is fixed when a process 
 processes per setting is the remedy, pyperf's advice); a high round-to-round correlation and a
 large within-process CV say it is the machine moving over time (spacing and interleaving are).
 
-One more worker takes its turn each round: the machine's floor (dpstudy.microbench.floor, its three
+One more worker takes its turn each round: the machine's floor (dpstudy.engine.reference, the floor's three
 parts over the same `turn`), so that what the floor sees can be held against what the cells see at
 the same moments: each part's CV over the rounds and its correlation with the workers' mean.
 """
@@ -43,7 +43,7 @@ os.sched_setaffinity(0, [int(sys.argv[3])])
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, sys.argv[4])
-from dpstudy.microbench import floor
+from dpstudy.engine import reference as floor
 cpu = torch.device("cpu")
 parts = {name: getattr(floor, name)(cpu) for name in ("compute", "memory", "dispatch")}
 floor.timed_rates(parts, 0.5, cpu)

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dpstudy.analysis.records import RecordError
@@ -38,6 +39,17 @@ SUMMARY_COLUMNS = (
 HIGH_FLOOR = 0.03
 # Noise within this many times the floor is the machine's; above it, the cells' own runtime adds some.
 NEAR_FLOOR = 2.0
+# A CV this low needs no floor to excuse it (issue 24's target for a quiet machine).
+STEADY_CV = 0.03
+
+
+def steady_bound(machine_cv):
+    """The most noise a setting may show and still count as measured as steadily as this machine
+    allows: STEADY_CV, or NEAR_FLOOR times the machine's own CV at the same moments if that is more
+    (a number or a Series of them)."""
+    return np.maximum(STEADY_CV, NEAR_FLOOR * machine_cv)
+
+
 VERDICTS = ("at the floor", "above the floor", "high floor", "below the floor")
 
 

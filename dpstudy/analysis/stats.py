@@ -29,6 +29,7 @@ from scipy import stats as scipy_stats
 
 from dpstudy.analysis.baseline import Baselines
 from dpstudy.analysis.keys import SETTING_KEYS
+from dpstudy.record.fields import IN_CELL_RATES
 
 LEVEL = 0.95
 METHOD = "Welch t-interval on log throughput"
@@ -40,6 +41,7 @@ SETTING_COLUMNS = (
     "cells",
     "baseline_repeats",
     "noise_cv",
+    "machine_cv",
     "baseline_noise_cv",
     "noisy",
     "other_load",
@@ -158,11 +160,21 @@ def interval_text(
     return f"{fmt(point)}{unit} [{fmt(low)}-{fmt(high)}]"
 
 
+def machine_cv(group: pd.DataFrame) -> float:
+    """How much the machine itself moved between a setting's repeats: the larger CV over them of the
+    in-cell gauge's two rates (dpstudy.engine.reference.InCell), the floor at the cells' own
+    moments; NaN with fewer than two repeats that measured it."""
+    cvs = [cv(group[rate]) for rate in IN_CELL_RATES if rate in group]
+    cvs = [c for c in cvs if pd.notna(c)]
+    return max(cvs) if cvs else math.nan
+
+
 def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per setting of the finished cells: repeats; throughput (geometric mean), speedup
     (`ratio` against every repeat of the baseline setting), efficiency (speedup / devices) and
     final test accuracy (mean), each with its 95 % interval; the noise (CV of throughput over
-    the repeats) of the setting and of its baseline, and whether that noise is larger than the
+    the repeats) of the setting and of its baseline, the machine's own over the same repeats
+    (`machine_cv`), and whether that noise is larger than the
     speedup's distance from 1 (`noisy`: the effect the setting would claim).
 
     `setting` numbers the rows (0, 1, ... in table order: what other tables name a setting by);
@@ -181,6 +193,7 @@ def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
             "cells": " ".join(sorted(group["cell"])),
             "baseline_repeats": len(base),
             "noise_cv": cv(group["samples_per_s"]),
+            "machine_cv": machine_cv(group),
             "baseline_noise_cv": cv(base["samples_per_s"]),
             # the most CPU other processes took while a repeat trained (dpstudy.engine.monitor.HostLoad)
             "other_load": group["other_load"].max() if "other_load" in group else math.nan,

@@ -26,6 +26,10 @@ SUMMARY_COLUMNS = (
     "noise_floor_median_cv",
     "noise_floor_max_cv",
     *machine_floor.SUMMARY_COLUMNS,
+    "machine_settings",
+    "machine_median_cv",
+    "machine_max_cv",
+    "near_machine",
     "finished_cells",
     "busy_cores",
     "busy_cells",
@@ -68,11 +72,15 @@ def summary_table(cells: pd.DataFrame, settings: pd.DataFrame, floor: pd.DataFra
     (dpstudy.analysis.floor.floor_summary). finished_cells: the cells that finished; busy_cells:
     those during which other processes used more than `busy_cores` cores on average (cells'
     `other_load`); other_load_max: the most any finished cell saw, busy_other_load_max the most a
-    busy one saw (NaN: none)."""
+    busy one saw (NaN: none). machine_settings: the settings (any mode) with both a noise and a
+    `machine_cv` (the in-cell gauge's CV over the same repeats); machine_median_cv / _max_cv over
+    them; near_machine: how many are steady or near the machine's own moving (noise_cv <=
+    machine_floor.steady_bound(machine_cv))."""
     multi = settings[(settings["devices"] > 1) & settings["speedup"].notna()]
     singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     ok = finished(cells)
     busy = ok[ok["other_load"] > BUSY_CORES]
+    gauged = settings[settings["noise_cv"].notna() & settings["machine_cv"].notna()]
     row = {
         "multi_settings": len(multi),
         **{column: int((multi["verdict"] == v).sum()) for v, column in VERDICT_COLUMNS.items()},
@@ -80,6 +88,10 @@ def summary_table(cells: pd.DataFrame, settings: pd.DataFrame, floor: pd.DataFra
         "noise_floor_median_cv": singles["noise_cv"].median() if len(singles) else math.nan,
         "noise_floor_max_cv": maximum(singles["noise_cv"]),
         **machine_floor.floor_summary(floor, maximum(singles["noise_cv"])),
+        "machine_settings": len(gauged),
+        "machine_median_cv": gauged["machine_cv"].median() if len(gauged) else math.nan,
+        "machine_max_cv": maximum(gauged["machine_cv"]),
+        "near_machine": int((gauged["noise_cv"] <= machine_floor.steady_bound(gauged["machine_cv"])).sum()),
         "finished_cells": len(ok),
         "busy_cores": BUSY_CORES,
         "busy_cells": len(busy),

@@ -7,6 +7,7 @@ the current (`is_stale`).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,13 @@ import pandas as pd
 
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS, column_value
-from dpstudy.record.fields import EPOCH_FIELDS, OPTIONAL_SUMMARY_FIELDS, PROBE_FIELDS, SUMMARY_FIELDS
+from dpstudy.record.fields import (
+    EPOCH_FIELDS,
+    IN_CELL_RATES,
+    OPTIONAL_SUMMARY_FIELDS,
+    PROBE_FIELDS,
+    SUMMARY_FIELDS,
+)
 from dpstudy.study.spec import devices as spec_devices
 
 # (model, code_path) -> the current hash of a user factory's source, or None
@@ -57,6 +64,7 @@ CELL_COLUMNS = (
     "peak_mem_mb_max",
     "peak_mem_mb_min",
     "other_load",
+    *IN_CELL_RATES,
     "baseline",
     "speedup",
     "efficiency",
@@ -141,6 +149,16 @@ def other_load(epochs: list[dict[str, Any]]) -> float | None:
     return sum(loads) / len(loads) if loads else None
 
 
+def machine_rates(epochs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The machine's speed while the cell ran: the median over its epochs of each in-cell gauge rate
+    (dpstudy.engine.reference.InCell; None in records made before it)."""
+    out = {}
+    for rate in IN_CELL_RATES:
+        values = sorted(e[rate] for e in epochs if e.get(rate) is not None)
+        out[rate] = statistics.median(values) if values else None
+    return out
+
+
 def is_stale(
     code: dict[str, Any], spec: dict[str, Any], current_hash: str | None, factory_hash: FactoryHash | None
 ) -> bool:
@@ -172,6 +190,7 @@ def cell_row(
         "peak_mem_mb_max": max(last_peaks, default=None),
         "peak_mem_mb_min": min(last_peaks, default=None),
         "other_load": other_load(epochs),
+        **machine_rates(epochs),
         "stale": is_stale(code, rec["spec"], current_hash, factory_hash),
         "record": path,
         **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
@@ -195,6 +214,7 @@ def cells_table(
         {
             "samples_per_s": float,
             "other_load": float,
+            **dict.fromkeys(IN_CELL_RATES, float),
             "gpus": "Int64",
             "nodes": "Int64",
             "devices": "Int64",

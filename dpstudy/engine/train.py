@@ -17,6 +17,7 @@ from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.heartbeat import BACKWARD, EVALUATING, FORWARD, LOADING, NoHeartbeat
 from dpstudy.engine.modes import Mode
 from dpstudy.engine.monitor import HostLoad, peak_memory_mb, reset_peaks
+from dpstudy.engine.reference import InCell
 from dpstudy.study import spec as specs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -88,6 +89,7 @@ class Trainer:
         self.heartbeat = heartbeat or NoHeartbeat()
         self.window = SteadyWindow(spec["warmup_steps"])
         self.host = HostLoad()
+        self.gauge = InCell(par.device)
         self.sample: torch.Tensor | None = None  # one training input, for evaluate's extra forwards
 
     def autocast(self):
@@ -199,6 +201,15 @@ class Trainer:
         compiled = {"eval_compile_s": compile_s} if self.compiled else {}
         return {"test_loss": loss_sum / samples, "test_acc": correct / samples, "eval_s": seconds, **compiled}
 
+    def machine_rates(self) -> dict[str, float]:
+        """The machine's speed right after the epoch (dpstudy.engine.reference.InCell), outside its
+        timed steps and its peaks: every rank's gauge at once, their mean. The cells' noise can then
+        be set against the machine's at the same moments, not only against the floor's own job."""
+        rates = self.gauge.rates()
+        values = torch.tensor(list(rates.values()), dtype=torch.float64, device=self.par.device)
+        total = self.par.all_reduce_sum(self.comm(values)).tolist()
+        return {name: value / self.par.world_size for name, value in zip(rates, total, strict=True)}
+
     def comm(self, t: torch.Tensor) -> torch.Tensor:
         return t.to(self.par.comm_device())
 
@@ -211,6 +222,7 @@ class Trainer:
             reset_peaks(devices)
             result = {"epoch": epoch, **self.train_epoch(epoch), **self.evaluate()}
             result["peak_mem_mb"] = self.par.all_gather_floats(peak_memory_mb(devices))
+            result.update(self.machine_rates())
             on_epoch(result)
             self.log(progress_line(result, epochs))
             if self.spec["stop_on_divergence"] and not math.isfinite(result["train_loss"]) and epoch < epochs:

@@ -8,8 +8,9 @@ on the cores (or the GPU) a cell gets. Run once per repeat round, spaced like th
 coefficient of variation of its rates over the rounds is what the machine alone contributes: the
 floor below which no cell's noise can go here.
 
-Three parts, taking turns of 50 ms over `seconds` (the default, 3 s, is the default study's steady
-window), so that each part's rate averages over the whole window as a cell's does:
+Three parts (dpstudy.engine.reference, of which each cell runs a short gauge too), taking turns of
+50 ms over `seconds` (the default, 3 s, is the default study's steady window), so that each part's
+rate averages over the whole window as a cell's does:
 - compute: square float32 matmuls (GFLOP/s), multi-threaded on the cell's cores, or on the GPU;
 - memory: copies of a 256 MiB buffer (past any CPU cache) or 1 GiB on a GPU (GB/s, read plus write);
 - dispatch: in-place adds to a one-element tensor (million ops/s): the per-operator cost on the host,
@@ -31,89 +32,15 @@ import argparse
 import os
 import socket
 import time
-from collections.abc import Callable
 
 import torch
 
 from dpstudy.engine.cores import pin_to_cores, threads_per_process
 from dpstudy.engine.monitor import HostLoad
+from dpstudy.engine.reference import compute, dispatch, memory, timed_rates
 from dpstudy.util.atomic import write_json
 
 DEFAULT_SECONDS = 3.0
-MATMUL_N = {"cpu": 256, "cuda": 4096}
-COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 2**30}
-DISPATCH_BATCH = 64  # operators per timed step: the loop's own Python cost stays small beside them
-WARMUP_S = 0.3  # thread pools spun up, clocks raised, pages resident: outside the timed window
-SLICE_S = 0.05  # each workload's turn: many turns in a window, each long against a step (a CPU copy: ~15 ms)
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-Workload = tuple[Callable[[], None], float]  # one step, and the units of work it does
-
-
-def run_for(step: Callable[[], None], budget: float, device: torch.device) -> tuple[int, float]:
-    """Repeat `step` for at least `budget` seconds: (steps, seconds they took)."""
-    sync(device)
-    start = time.perf_counter()
-    steps = 0
-    while True:
-        step()
-        steps += 1
-        if steps % 8 == 0 or device.type == "cpu":
-            sync(device)
-            elapsed = time.perf_counter() - start
-            if elapsed >= budget:
-                return steps, elapsed
-
-
-def timed_rates(workloads: dict[str, Workload], seconds: float, device: torch.device) -> dict[str, float]:
-    """Units of work per second of each workload, after a warm-up, the workloads taking turns of
-    SLICE_S over the same `seconds`. A cell's steps mix compute, memory traffic and dispatch over its
-    whole steady window, so a slow second of the machine touches all of them; timed one after another,
-    each part over a third of the window, the parts varied more than the cells did (CV 4-5 % beside
-    single-device cells at 1.5-2 %, benchmarks/noise_floor.py)."""
-    for step, _ in workloads.values():
-        run_for(step, WARMUP_S / len(workloads), device)
-    done = {name: [0, 0.0] for name in workloads}
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for name, (step, _) in workloads.items():
-            steps, elapsed = run_for(step, SLICE_S, device)
-            done[name][0] += steps
-            done[name][1] += elapsed
-    return {name: done[name][0] * work / done[name][1] for name, (_, work) in workloads.items()}
-
-
-def compute(device: torch.device) -> Workload:
-    """n x n float32 matmuls, in GFLOP."""
-    n = MATMUL_N[device.type]
-    a, b = (torch.randn(n, n, device=device) for _ in range(2))
-    out = torch.empty(n, n, device=device)
-    return (lambda: torch.mm(a, b, out=out)), 2 * n**3 / 1e9
-
-
-def memory(device: torch.device) -> Workload:
-    """Copies of one buffer into another, in GB (bytes read plus bytes written)."""
-    count = COPY_BYTES[device.type] // 4
-    src = torch.ones(count, device=device)
-    dst = torch.zeros(count, device=device)
-    return (lambda: dst.copy_(src)), 2 * count * 4 / 1e9
-
-
-def dispatch(device: torch.device) -> Workload:
-    """Tiny in-place adds, in millions: each a full trip through the dispatcher (and a kernel launch
-    on a GPU) with next to no work in it."""
-    x = torch.zeros(1, device=device)
-
-    def step() -> None:
-        for _ in range(DISPATCH_BATCH):
-            x.add_(1.0)
-
-    return step, DISPATCH_BATCH / 1e6
 
 
 def measure(repeat: int, seconds: float = DEFAULT_SECONDS, device: str = "cpu", cores: int | None = None) -> dict:

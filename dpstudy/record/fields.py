@@ -47,7 +47,12 @@ STEADY_FIELDS = {
     # steady_samples) and of its evaluation batches that compiled a graph
     "compile_s": _number,
     "eval_compile_s": _number,
+    # the machine's speed after the epoch, every rank's gauge averaged (dpstudy.engine.reference.InCell):
+    # GFLOP/s of small matmuls and million dispatched operators per second
+    "machine_gflops": _number,
+    "machine_mops": _number,
 }
+IN_CELL_RATES = ("machine_gflops", "machine_mops")
 
 SUMMARY_FIELDS = {
     "final_test_acc": _maybe_number,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dpstudy.analysis import stats
-from dpstudy.analysis.floor import HIGH_FLOOR, NEAR_FLOOR
+from dpstudy.analysis.floor import HIGH_FLOOR, NEAR_FLOOR, STEADY_CV
 from dpstudy.report.findings.phrases import (
     SETTINGS_CSV,
     Tables,
@@ -84,6 +84,26 @@ def floor_text(tables: Tables) -> str:
     return text + (f" The largest single-device CV is {FLOOR_ADVICE[verdict]}" if pd.notna(verdict) else "")
 
 
+def machine_text(tables: Tables) -> str:
+    """The machine at the cells' own moments: the gauge each cell runs after every epoch, its CV
+    over a setting's repeats beside the setting's noise ("" for records made before it)."""
+    totals = study(tables)
+    if not totals.get("machine_settings"):
+        return ""
+    return (
+        f" Inside the cells, the same reference workload timed after every epoch moved by a median CV of "
+        f"{percent(totals['machine_median_cv'], 1)} between a setting's repeats (largest "
+        f"{percent(totals['machine_max_cv'], 1)}): the machine itself at the moments they trained. "
+        f"{whole(totals['near_machine'])} of {plural(whole(totals['machine_settings']), 'setting')} (every mode) "
+        f"vary by at most {percent(STEADY_CV)} or {NEAR_FLOOR:g}x the machine's own CV over their repeats."
+    )
+
+
+def machine_part(r) -> str:
+    """', the machine 2.4 %' for a setting whose cells gauged the machine."""
+    return "" if pd.isna(r.get("machine_cv")) else f", the machine {percent(r['machine_cv'], 1)}"
+
+
 def single_noise(tables: Tables) -> str:
     """The noise of one device: CV of a single-device setting's throughput over its repeats, and
     the machine's floor beside it."""
@@ -93,7 +113,7 @@ def single_noise(tables: Tables) -> str:
     singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     keys = varied(tables)
     lines = [
-        f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'], 1)} over {r['repeats']} runs "
+        f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'], 1)} over {r['repeats']} runs{machine_part(r)} "
         f"({stats.interval_text(stats.value(r, 'samples_per_s'), significant, ' samples/s')})"
         for _, r in singles.iterrows()
     ]
@@ -102,6 +122,7 @@ def single_noise(tables: Tables) -> str:
         f"{percent(totals['noise_floor_median_cv'], 1)} between repeats (largest "
         f"{percent(totals['noise_floor_max_cv'], 1)})."
         + floor_text(tables)
+        + machine_text(tables)
         + busy_text(tables)
         + "\n\n"
         + "\n".join(clipped(lines, SETTINGS_CSV))

@@ -118,3 +118,38 @@ def test_collect_writes_the_floor_table_and_its_summary(tmp_path):
     bad.write_text("{}")
     proc = subprocess.run([*cmd, "--floor", *map(str, runs)], capture_output=True, text=True)
     assert proc.returncode == 1 and f"error: {bad}: floor run without 'repeat'" in proc.stderr
+
+
+def gauged(rates: list[tuple[float, float]], gflops: list[float], **keys) -> list[dict]:
+    """Repeats of one setting: (throughput, and the gauge's GFLOP/s in every epoch) each."""
+    out = []
+    for r, (rate, machine) in enumerate(zip(rates, gflops, strict=True)):
+        rec = make_record(repeat=r, suffix=f"-r{r}", samples_per_s=rate, **keys)
+        for epoch in rec["epochs"]:
+            epoch.update(machine_gflops=machine, machine_mops=0.4)  # dispatch steady: GFLOP/s moves
+        out.append(rec)
+    return out
+
+
+def test_each_setting_sets_its_noise_against_the_machine_at_its_own_moments(tmp_path):
+    from helpers.plots import tables_of
+
+    from dpstudy.report.findings.noise import single_noise
+
+    records = [
+        # the machine moved 10 % between the repeats and the throughput with it: steady for this machine
+        *gauged([1000.0, 1100.0, 900.0], [100.0, 110.0, 90.0], batch=64),
+        # the machine still, the throughput not: noise of the cell's own
+        *gauged([1000.0, 1100.0, 900.0], [100.0, 100.0, 100.0], batch=256),
+    ]
+    tables = tables_of(tmp_path, records)
+    settings = tables["settings"].set_index("batch")
+    assert settings.loc[64, "machine_cv"] == pytest.approx(0.1) and settings.loc[256, "machine_cv"] == pytest.approx(0)
+    assert settings.loc[64, "noise_cv"] == pytest.approx(0.1)
+    summary = tables["summary"].iloc[0]
+    assert summary["machine_settings"] == 2 and summary["near_machine"] == 1  # 10 % <= 2 x 10 %; not <= 3 %
+    assert summary["machine_max_cv"] == pytest.approx(0.1)
+    text = single_noise(tables)
+    assert "Inside the cells, the same reference workload timed after every epoch moved by a median CV of 5.0 %" in text
+    assert "1 of 2 settings (every mode) vary by at most 3 % or 2x the machine's own CV" in text
+    assert "CV 10.0 % over 3 runs, the machine 10.0 %" in text

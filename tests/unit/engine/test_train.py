@@ -419,3 +419,16 @@ def test_memory_split_is_recorded_and_predicted_before_training(parity_runs):
             assert measured["optimizer_mb"][rank] == pytest.approx(params_mb / (2 if sharded else 1), rel=0.05)
     single, fsdp = parity_runs["single"]["memory"], parity_runs["fsdp"]["memory"]
     assert fsdp["activations_mb"][0] < single["activations_mb"][0]  # half the batch per rank
+
+
+@pytest.mark.slow
+def test_every_epoch_of_every_mode_gauges_the_machine_outside_its_timed_steps(parity_runs):
+    # The in-cell gauge (dpstudy.engine.reference.InCell): after each epoch, every rank's rates
+    # averaged; a 256x256 matmul on one core runs at tens of GFLOP/s, a dispatched add at ~1 us.
+    for name, rec in parity_runs.items():
+        for epoch in rec["epochs"]:
+            assert 1 < epoch["machine_gflops"] < 1000, (name, epoch)
+            assert 0.01 < epoch["machine_mops"] < 100, (name, epoch)
+    # outside the steady window: the single cell's throughput is its training steps' alone
+    single = parity_runs["single"]["epochs"][-1]
+    assert single["steady_s"] <= single["wall_s"]

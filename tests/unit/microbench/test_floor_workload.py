@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from dpstudy.engine import reference
 from dpstudy.microbench import floor
 
 
@@ -25,13 +26,13 @@ def test_rates_are_work_over_timed_seconds_the_workloads_taking_turns_after_the_
         return step
 
     cpu = torch.device("cpu")
-    rates = floor.timed_rates({"a": (sleeper("a", 0.01), 2.0), "b": (sleeper("b", 0.02), 3.0)}, 0.4, cpu)
+    rates = reference.timed_rates({"a": (sleeper("a", 0.01), 2.0), "b": (sleeper("b", 0.02), 3.0)}, 0.4, cpu)
     assert rates["a"] == pytest.approx(2.0 / 0.0101, rel=0.2) and rates["b"] == pytest.approx(3.0 / 0.0201, rel=0.2)
     # the warm-up ran first and is not in the rates: about WARMUP_S + 0.4 s of steps in all
-    assert calls[-1][1] - calls[0][1] == pytest.approx(floor.WARMUP_S + 0.4, abs=0.1)
+    assert calls[-1][1] - calls[0][1] == pytest.approx(reference.WARMUP_S + 0.4, abs=0.1)
     # turns of SLICE_S: over the timed 0.4 s each workload ran in several turns, not once
     turns = sum(1 for first, second in zip(calls, calls[1:]) if first[0] != second[0])
-    assert turns >= 2 * 0.4 / (2 * floor.SLICE_S) - 2
+    assert turns >= 2 * 0.4 / (2 * reference.SLICE_S) - 2
 
 
 def test_a_cpu_run_measures_all_three_parts_pinned_like_a_one_device_cell():
@@ -51,10 +52,10 @@ def test_dispatch_counts_every_operator_it_runs(monkeypatch):
     # The rate is operators per second: DISPATCH_BATCH adds per step, each one applied.
     added = []
     monkeypatch.setattr(torch.Tensor, "add_", lambda self, v: added.append(v) or self)
-    step, work = floor.dispatch(torch.device("cpu"))
+    step, work = reference.dispatch(torch.device("cpu"))
     step()
     step()
-    assert work == floor.DISPATCH_BATCH / 1e6 and len(added) == 2 * floor.DISPATCH_BATCH
+    assert work == reference.DISPATCH_BATCH / 1e6 and len(added) == 2 * reference.DISPATCH_BATCH
 
 
 def test_the_command_writes_its_run_and_refuses_bad_arguments(tmp_path):
