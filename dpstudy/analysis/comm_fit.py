@@ -61,17 +61,25 @@ def fit_line(sizes, times) -> Fit:
     return Fit(float(latency), float(per_byte), (fitted - times) / times)
 
 
+def timing_column(comm: pd.DataFrame) -> str:
+    """What the fits read: `stream_s`, the calls back to back as a backward pass issues them, where
+    comm_bench measured it; `median_s` (one call after a barrier) in sweeps made before it."""
+    return "stream_s" if "stream_s" in comm and comm["stream_s"].notna().any() else "median_s"
+
+
 def fit_table(comm: pd.DataFrame) -> pd.DataFrame:
     """comm_fit.csv's rows from comm.csv's: every (collective, backend, device, world size) with
-    MIN_POINTS or more timed sizes (rows with a reason, or no time, are not timings)."""
+    MIN_POINTS or more timed sizes (rows with a reason, or no time, are not timings), fitted to
+    timing_column's times."""
     rows = []
     if comm.empty:
         return pd.DataFrame(rows, columns=list(COLUMNS))
-    timed = comm[comm["reason"].isna() & comm["median_s"].notna()]
+    column = timing_column(comm)
+    timed = comm[comm["reason"].isna() & comm[column].notna()]
     for key, group in timed.groupby(list(KEYS), sort=True):
         if len(group) < MIN_POINTS:
             continue
-        fit = fit_line(group["bytes"], group["median_s"])
+        fit = fit_line(group["bytes"], group[column])
         rows.append(
             {
                 **dict(zip(KEYS, key, strict=True)),

@@ -78,9 +78,10 @@ def compute(device: torch.device, n: int | None = None) -> Workload:
     return (lambda: torch.mm(a, b, out=out)), 2 * n**3 / 1e9
 
 
-def memory(device: torch.device) -> Workload:
-    """Copies of one buffer into another, in GB (bytes read plus bytes written)."""
-    count = COPY_BYTES[device.type] // 4
+def memory(device: torch.device, nbytes: int | None = None) -> Workload:
+    """Copies of one buffer of `nbytes` (default COPY_BYTES) into another, in GB (bytes read plus
+    bytes written)."""
+    count = (nbytes or COPY_BYTES[device.type]) // 4
     src = torch.ones(count, device=device)
     dst = torch.zeros(count, device=device)
     return (lambda: dst.copy_(src)), 2 * count * 4 / 1e9
@@ -98,10 +99,14 @@ def dispatch(device: torch.device) -> Workload:
     return step, DISPATCH_BATCH / 1e6
 
 
-# The gauge inside a cell: compute and dispatch (no memory part: its buffers would sit in the cell's
-# own memory), small matmuls, over IN_CELL_S after each epoch's evaluation, outside every timed step.
-IN_CELL_S = 0.1  # a turn of each part: 0.3 s of a 3-epoch cell, about 4 % of the default study's
+# The gauge inside a cell, after each epoch's evaluation and outside every timed step: one turn
+# (IN_CELL_S / parts) of each part. Small matmuls, and on a CPU copies of a buffer twice the size of
+# this VM's 32 MiB L3 together with its target: a LeNet cell slowed by 20 % for two epochs while the
+# matmuls and the dispatch read normal, and the floor's copies were its noisiest part. No copies on
+# a GPU: their buffers would stay in the caching allocator's reserve.
+IN_CELL_S = 0.15
 IN_CELL_MATMUL_N = {"cpu": 256, "cuda": 1024}
+IN_CELL_COPY_BYTES = 32 * 2**20
 
 
 class InCell:
@@ -114,10 +119,13 @@ class InCell:
         self.warmed = False
 
     def rates(self) -> dict[str, float]:
-        """{IN_CELL_RATES (the record's names): rate} over IN_CELL_S (the first call warms up first)."""
-        gflops, mops = IN_CELL_RATES
+        """{name: rate} of IN_CELL_RATES (the record's names; no copies on a GPU) over IN_CELL_S,
+        the first call after a turn of each part to warm its code paths (the cell's threads are awake)."""
+        gflops, mops, gbps = IN_CELL_RATES
         parts = {gflops: compute(self.device, IN_CELL_MATMUL_N[self.device.type]), mops: dispatch(self.device)}
-        # the cell's threads are long awake; a turn of each part wakes the first gauge's code paths
-        rates = timed_rates(parts, IN_CELL_S, self.device, warmup=0.0 if self.warmed else 2 * SLICE_S)
+        if self.device.type == "cpu":
+            parts[gbps] = memory(self.device, IN_CELL_COPY_BYTES)
+        seconds = IN_CELL_S * len(parts) / 3
+        rates = timed_rates(parts, seconds, self.device, warmup=0.0 if self.warmed else len(parts) * SLICE_S)
         self.warmed = True
         return rates

@@ -205,7 +205,7 @@ class Trainer:
         """The machine's speed right after the epoch (dpstudy.engine.reference.InCell), outside its
         timed steps and its peaks: every rank's gauge at once, their mean. The cells' noise can then
         be set against the machine's at the same moments, not only against the floor's own job."""
-        rates = self.gauge.rates()
+        rates = self.gauge.rates()  # the same parts on every rank: one kind of device per cell
         values = torch.tensor(list(rates.values()), dtype=torch.float64, device=self.par.device)
         total = self.par.all_reduce_sum(self.comm(values)).tolist()
         return {name: value / self.par.world_size for name, value in zip(rates, total, strict=True)}

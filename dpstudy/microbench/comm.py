@@ -21,13 +21,18 @@ of Gloo's all_reduce, or less: what FSDP pays on Gloo, not what a ring reduce-sc
 Each (collective, size): one call on known inputs whose output is checked on every rank (a
 collective that computes a wrong result reports no bandwidth; its row gets a `reason`), warm-up
 iterations, then per iteration a barrier, synchronize, the collective, synchronize; the slowest
-rank's time counts, and the median over iterations is reported. Combinations that cannot run here
+rank's time counts, and the median over iterations is reported (`median_s`, nccl-tests' way).
+Then the same calls back to back, with no barrier between them, as DDP issues its buckets during
+backward: `stream_s` is their mean time per call (the slowest rank's), what the forecasts' fits
+read (dpstudy.analysis.comm_fit). Every process is pinned and threaded as a cell's rank is
+(dpstudy.engine.cores): rank r on the r-th block of the cores. Combinations that cannot run here
 keep their rows with a `reason`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +42,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from dpstudy.engine.cores import pin_to_cores, threads_per_process
 from dpstudy.engine.modes.distributed import destroy_process_group
 
 COLUMNS = [
@@ -49,6 +55,7 @@ COLUMNS = [
     "dtype",
     "iters",
     "median_s",
+    "stream_s",
     "algbw_gbps",
     "busbw_gbps",
     "reason",
@@ -160,12 +167,22 @@ def _time_size(collective: str, nbytes: int, device: torch.device, backend: str,
         call()
         sync()
         times.append(time.perf_counter() - start)
+    barrier()  # back to back: one start for all the calls, as a backward pass issues its buckets
+    sync()
+    start = time.perf_counter()
+    for _ in range(iters):
+        call()
+    sync()
+    times.append((time.perf_counter() - start) / iters)
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return {**row, "iters": iters, "median_s": slowest.quantile(0.5).item()}
+    return {**row, "iters": iters, "median_s": slowest[:-1].quantile(0.5).item(), "stream_s": slowest[-1].item()}
 
 
 def _worker(rank: int, world_size: int, store: str, combos: list, sizes: list[int], quick: bool, out: str) -> None:
+    threads = threads_per_process(len(os.sched_getaffinity(0)), world_size)  # as a cell's ranks get them
+    pin_to_cores(rank, threads)
+    torch.set_num_threads(threads)
     rows = []
     for backend, device_type in combos:
         dist.init_process_group(

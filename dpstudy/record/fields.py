@@ -48,11 +48,12 @@ STEADY_FIELDS = {
     "compile_s": _number,
     "eval_compile_s": _number,
     # the machine's speed after the epoch, every rank's gauge averaged (dpstudy.engine.reference.InCell):
-    # GFLOP/s of small matmuls and million dispatched operators per second
+    # GFLOP/s of small matmuls, million dispatched operators per second, GB/s copied (CPU cells)
     "machine_gflops": _number,
     "machine_mops": _number,
+    "machine_gbps": _number,
 }
-IN_CELL_RATES = ("machine_gflops", "machine_mops")
+IN_CELL_RATES = ("machine_gflops", "machine_mops", "machine_gbps")
 
 SUMMARY_FIELDS = {
     "final_test_acc": _maybe_number,

@@ -94,3 +94,18 @@ def test_the_table_fits_each_collective_and_world_size_apart_and_skips_reasoned_
         assert row["latency_s"] == pytest.approx(latency) and row["bandwidth_gbps"] == pytest.approx(gbps)
         assert row["points"] == 9 and row["min_bytes"] == 4096 and row["max_bytes"] == 256 << 20
         assert comm_fit.predicted_time(row, 1 << 20) == pytest.approx(latency + (1 << 20) / (gbps * 1e9))
+
+
+def test_the_fits_read_the_back_to_back_calls_where_the_sweep_has_them():
+    # one call after a barrier at twice the latency of the calls back to back, as Gloo on 2 vCPUs
+    back_to_back, barrier = sweep(40e-6, 2.0, 0.0, 1), sweep(80e-6, 2.0, 0.0, 1)
+    rows = [
+        {"collective": "all_reduce", "backend": "gloo", "device": "cpu", "world_size": 2, "bytes": int(s),
+         "median_s": b, "stream_s": t, "reason": None}
+        for s, t, b in zip(SIZES, back_to_back, barrier, strict=True)
+    ]  # fmt: skip
+    (fit,) = comm_fit.fit_table(pd.DataFrame(rows)).to_dict("records")
+    assert fit["latency_s"] == pytest.approx(40e-6) and fit["bandwidth_gbps"] == pytest.approx(2.0)
+    # a sweep made before comm_bench timed them back to back: its one-call times
+    (old,) = comm_fit.fit_table(pd.DataFrame(rows).drop(columns="stream_s")).to_dict("records")
+    assert old["latency_s"] == pytest.approx(80e-6)

@@ -424,11 +424,13 @@ def test_memory_split_is_recorded_and_predicted_before_training(parity_runs):
 @pytest.mark.slow
 def test_every_epoch_of_every_mode_gauges_the_machine_outside_its_timed_steps(parity_runs):
     # The in-cell gauge (dpstudy.engine.reference.InCell): after each epoch, every rank's rates
-    # averaged; a 256x256 matmul on one core runs at tens of GFLOP/s, a dispatched add at ~1 us.
+    # averaged; a 256x256 matmul on one core runs at tens of GFLOP/s, a dispatched add at ~1 us,
+    # and a CPU copies GB/s.
     for name, rec in parity_runs.items():
         for epoch in rec["epochs"]:
             assert 1 < epoch["machine_gflops"] < 1000, (name, epoch)
             assert 0.01 < epoch["machine_mops"] < 100, (name, epoch)
+            assert 1 < epoch["machine_gbps"] < 500, (name, epoch)  # 32 MiB copies, past the L3
     # outside the steady window: the single cell's throughput is its training steps' alone
     single = parity_runs["single"]["epochs"][-1]
     assert single["steady_s"] <= single["wall_s"]

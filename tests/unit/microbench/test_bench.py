@@ -124,6 +124,7 @@ def test_comm_a_wrong_result_reports_no_bandwidth(tmp_path, monkeypatch):
         for collective in comm.COLLECTIVES:
             good = comm._time_size(collective, 16384, cpu, "gloo", quick=True)
             assert good["bytes"] == 16384 and good["median_s"] > 0 and "reason" not in good, good
+            assert good["stream_s"] > 0  # the same calls back to back, no barrier between them
         monkeypatch.setattr(comm, "_ALL_GATHER", lambda out, inp: out.zero_())
         monkeypatch.setattr(comm, "_REDUCE_SCATTER", lambda out, inp: out.copy_(inp[: out.numel()] + 1))
         for collective in ("all_gather", "reduce_scatter"):
