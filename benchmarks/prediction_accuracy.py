@@ -1,0 +1,211 @@
+"""How well do dpstudy's forecasts predict settings they were not calibrated on?
+
+    .venv/bin/python benchmarks/prediction_accuracy.py --tables results/tables
+    .venv/bin/python benchmarks/prediction_accuracy.py --run [--workdir /tmp/prediction-study] [--repeats 3]
+
+--run first runs STUDY (two models, three batch sizes, one device, DDP and FSDP full and grad_op
+over Gloo on 2 ranks, compile off) with Snakemake in a copy of this checkout, then evaluates its
+tables; --tables evaluates a finished study's (its comm_fit.csv holds the collectives' fits).
+
+Per workload (dpstudy.analysis.forecast.FORECAST_GROUP) the model is calibrated on three settings:
+one device at the smallest and the largest batch, and DDP at the middle batch (or at the largest
+DDP batch measured); plus the collective fits. It forecasts every other setting it can: DDP at the
+other batches, one device at the other batches (the line through the two). FSDP settings are
+counted, not forecast: the model has no FSDP term yet. Printed per setting: the forecast with its
+95 % interval (sigma: the calibrating settings' noise, widened where it extrapolates), what was
+measured and the error; then the median and p90 |error|, the intervals' coverage, the fastest
+strategy per workload and global batch among the forecast ones (right when it is the measured
+fastest or within the measured intervals of it), and the same errors for
+  linear  one device's throughput x n x the calibrating DDP setting's efficiency;
+  naive   one device's step / n + the all-reduce of the gradient by the fit, nothing hidden;
+  before  the "why not n x" model (dpstudy.analysis.scaling, the scaling_settings table), which
+          reads each setting's own probe: not a forecast, what the report had before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dpstudy.analysis import tablefiles  # noqa: E402
+from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, ring_allreduce  # noqa: E402
+from dpstudy.analysis.predictions import calibration_inputs, group_of, model_sigma  # noqa: E402
+
+MODELS = ("simplecnn", "vit")
+BATCHES = (64, 128, 256)
+# the strategies of each model's sweeps: one device, DDP, FSDP full and grad_op, over Gloo on 2 ranks
+STRATEGIES = {
+    "one": {"mode": ["single"]},
+    "ddp": {"mode": ["ddp"], "gpus": [2], "backend": ["gloo"]},
+    "fsdp": {"mode": ["fsdp"], "gpus": [2], "backend": ["gloo"], "shard": ["full", "grad_op"]},
+}
+STUDY = {
+    "study": "prediction_accuracy",
+    "datasets": {"synthetic_rgb": {"train_size": 2048, "test_size": 512}},
+    "defaults": {"epochs": 3, "compile": False},
+    "bench": {"kernels": False, "comm": True},
+    "sweeps": [
+        {
+            "name": f"{model}_{name}",
+            "dataset": "synthetic_rgb",
+            "model": model,
+            "grid": {**grid, "batch": list(BATCHES)},
+        }
+        for model in MODELS
+        for name, grid in STRATEGIES.items()
+    ],
+}
+
+
+def run_study(workdir: Path, repeats: int) -> Path:
+    """STUDY in a copy of this checkout (results and all): its tables folder."""
+    if not workdir.exists():
+        subprocess.run(["git", "clone", "--quiet", str(REPO), str(workdir)], check=True)
+    config = workdir / "prediction_study.json"
+    config.write_text(json.dumps({**STUDY, "defaults": {**STUDY["defaults"], "repeats": repeats}}))
+    snakemake = [sys.executable, "-m", "snakemake", "--configfile", str(config), "--cores", "2"]
+    subprocess.run([*snakemake, "--resources", "gpu=2"], cwd=workdir, check=True)
+    return workdir / "results" / "tables"
+
+
+def calibration(single: pd.DataFrame, ddp: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The three calibrating settings: one device at the smallest and largest batch, DDP at the middle."""
+    ends = single[single["global_batch"].isin([single["global_batch"].min(), single["global_batch"].max()])]
+    batches = sorted(ddp["global_batch"])
+    middle = batches[len(batches) // 2]
+    return ends, ddp[ddp["global_batch"] == middle].head(1)
+
+
+def evaluate(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """A row per forecast setting: kind, workload, mode, devices, global_batch, measured with its
+    interval, forecast with its interval, and the baselines' throughputs."""
+    settings, cells, fits = tables["settings"], tables["cells"], tables["comm_fit"]
+    single, ddp = calibration_inputs(settings, cells, tables.get("memory_split"))
+    before = tables.get("scaling_settings", pd.DataFrame())
+    rows = []
+    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
+        singles = group_of(single, key)
+        if len(singles) < 2:
+            continue
+        ends, middle = calibration(singles, own)
+        model = Workload(ends, middle, fits)
+        sigma = model_sigma(pd.Series(dtype=float), pd.concat([ends["noise_cv"], middle["noise_cv"]]))
+        cal = middle.iloc[0]
+        efficiency = cal["global_batch"] / cal["samples_per_s"]
+        efficiency = model.t1(cal["global_batch"]) / efficiency / cal["devices"]
+        name = "/".join(str(v) for v in key[:2])
+        for index, row in singles.iterrows():
+            b = row["global_batch"]
+            kind = "calibrating" if index in ends.index else "single"
+            rows.append(forecast_row(kind, name, row, b / model.t1(b), interval(b / model.t1(b), sigma, 0)))
+        for index, row in own.iterrows():
+            n, b = int(row["devices"]), row["global_batch"]
+            made = model.forecast(row["backend"], row["env_device"], n, int(b), row["grad_bytes"])
+            bounds = interval(made["predicted_samples_per_s"], sigma, made["distance"])
+            kind = "calibrating" if index == middle.index[0] else "ddp"
+            out = forecast_row(kind, name, row, made["predicted_samples_per_s"], bounds)
+            allreduce, _ = ring_allreduce(fits, row["backend"], row["env_device"], n, row["grad_bytes"])
+            out["linear"] = b / model.t1(b) * n * efficiency
+            out["naive"] = b / (model.t1(b / n) + allreduce)
+            out["before"] = predicted_by_scaling(before, row)
+            rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def forecast_row(kind: str, workload: str, row: pd.Series, predicted: float, bounds: tuple[float, float]) -> dict:
+    return {
+        "kind": kind,
+        "workload": workload,
+        "devices": int(row["devices"]),
+        "global_batch": int(row["global_batch"]),
+        "measured": row["samples_per_s"],
+        "measured_low": row["samples_per_s_low"],
+        "measured_high": row["samples_per_s_high"],
+        "predicted": predicted,
+        "low": bounds[0],
+        "high": bounds[1],
+    }
+
+
+def predicted_by_scaling(before: pd.DataFrame, row: pd.Series) -> float:
+    """The "why not n x" model's throughput for the setting: its predicted speedup x its baseline's."""
+    if before.empty or "setting" not in before:
+        return np.nan
+    match = before[before["setting"] == row["setting"]]
+    if match.empty or "predicted_speedup" not in match:
+        return np.nan
+    return float(match["predicted_speedup"].iloc[0] * row["samples_per_s"] / row["speedup"])
+
+
+def errors(frame: pd.DataFrame, column: str) -> pd.Series:
+    return (frame[column] / frame["measured"] - 1).dropna()
+
+
+def fastest_right(frame: pd.DataFrame) -> tuple[int, int]:
+    """(workload-batches whose fastest strategy by the model is right, how many were compared):
+    every setting at the batch, the calibrating ones at the model's own value for them."""
+    right = total = 0
+    for (_, _), group in frame.groupby(["workload", "global_batch"]):
+        if len(group) < 2:
+            continue
+        total += 1
+        picked, best = group.loc[group["predicted"].idxmax()], group.loc[group["measured"].idxmax()]
+        right += picked.name == best.name or picked["measured_high"] >= best["measured_low"]
+    return right, total
+
+
+def report(everything: pd.DataFrame, fsdp: int) -> None:
+    frame = everything[everything["kind"] != "calibrating"]
+    for _, r in frame.sort_values(["workload", "kind", "global_batch"]).iterrows():
+        print(
+            f"{r['workload']:24s} {r['kind']:6s} n={r['devices']} B={r['global_batch']:4d}: forecast "
+            f"{r['predicted']:8.0f} [{r['low']:.0f}-{r['high']:.0f}], measured {r['measured']:8.0f}: "
+            f"{(r['predicted'] / r['measured'] - 1) * 100:+6.1f} %"
+        )
+    model = errors(frame, "predicted").abs()
+    inside = ((frame["low"] <= frame["measured"]) & (frame["measured"] <= frame["high"])).mean()
+    print(f"\n{len(frame)} forecasts; {fsdp} FSDP setting(s) measured, not forecast (no FSDP term)")
+    print(
+        f"model   : median |error| {model.median() * 100:5.1f} %, p90 {model.quantile(0.9) * 100:5.1f} %, "
+        f"coverage {inside * 100:.0f} %"
+    )
+    ddp = frame[frame["kind"] == "ddp"]
+    for name in ("linear", "naive", "before"):
+        if name in ddp and ddp[name].notna().any():
+            e = errors(ddp, name).abs()
+            print(f"{name:8s}: median |error| {e.median() * 100:5.1f} %, p90 {e.quantile(0.9) * 100:5.1f} % (DDP only)")
+    if len(ddp):
+        e = errors(ddp, "predicted").abs()
+        print(f"model on DDP alone: median |error| {e.median() * 100:5.1f} %, p90 {e.quantile(0.9) * 100:5.1f} %")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--tables", type=Path, help="a finished study's results/tables")
+    source.add_argument("--run", action="store_true", help="run STUDY first")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/prediction-study"))
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    folder = run_study(args.workdir, args.repeats) if args.run else args.tables
+    tables = tablefiles.read_tables(folder)
+    frame = evaluate(tables)
+    if frame.empty:
+        sys.exit(f"{folder}: no workload with two single-device batches and a DDP setting to calibrate on")
+    fsdp = int((tables["settings"]["mode"] == "fsdp").sum())
+    report(frame, fsdp)
+    right, total = fastest_right(frame)
+    print(f"fastest forecast strategy right in {right} of {total} workload-batches (one device vs DDP)")
+
+
+if __name__ == "__main__":
+    main()
