@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,12 +241,22 @@ def floor_rounds(cells: Iterable[Cell], priorities: dict[str, int]) -> dict[int,
     return dict(sorted(rounds.items())) if len(rounds) >= 2 else {}
 
 
+def plain(value: Any) -> Any:
+    """`value` with every mapping a dict and every sequence a list: Snakemake reads a JSON
+    --configfile into OrderedDicts, which yaml.safe_dump refuses."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
+
+
 def write_yaml(study: dict[str, Any], path: str) -> None:
     import yaml
 
     from dpstudy.util.atomic import write_text
 
-    write_text(path, yaml.safe_dump(dict(study), sort_keys=False))
+    write_text(path, yaml.safe_dump(plain(study), sort_keys=False))
 
 
 def within_gpu_budget(cells: list[Cell], gpu_resource: int | None, gpu_jobs: bool) -> tuple[list[Cell], list[Cell]]:

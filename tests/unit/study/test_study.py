@@ -358,3 +358,21 @@ def test_a_predict_block_is_every_combination_of_its_lists():
     assert all(
         r["mode"] == "ddp" and r["nodes"] == 1 and r["model"] == ["lenet"] and r["dataset"] is None for r in asked
     )
+
+
+def test_the_resolved_study_is_written_from_a_json_configfile_too(tmp_path):
+    # Snakemake reads a JSON --configfile into OrderedDicts, which yaml.safe_dump refuses: the
+    # study_config job failed on benchmarks/prediction_accuracy.py's study
+    from collections import OrderedDict
+
+    import yaml
+
+    from dpstudy.study.sweeps import write_yaml
+
+    sweep = OrderedDict([("name", "one"), ("grid", OrderedDict([("mode", ["single"]), ("batch", (64, 128))]))])
+    study = OrderedDict([("study", "json"), ("sweeps", [sweep])])
+    write_yaml(study, str(tmp_path / "study.yaml"))
+    assert yaml.safe_load((tmp_path / "study.yaml").read_text()) == {
+        "study": "json",
+        "sweeps": [{"name": "one", "grid": {"mode": ["single"], "batch": [64, 128]}}],
+    }
