@@ -20,6 +20,11 @@ fastest or within the measured intervals of it), and the same errors for
   naive   one device's step / n + the all-reduce of the gradient by the fit, nothing hidden;
   before  the "why not n x" model (dpstudy.analysis.scaling, the scaling_settings table), which
           reads each setting's own probe: not a forecast, what the report had before.
+
+Measured here (--run --models simplecnn,lenet, 3 repeats, 13 min; vit takes about 100 s a cell on
+one core of this VM): 6 forecasts, median |error| 3.0 %, p90 9.2 %, coverage 4 of 6, the fastest
+strategy right in 6 of 6 workload-batches; DDP alone 5.7 % / 9.7 % against linear 14.0 % / 19.8 %,
+naive 24.2 % / 34.8 % and before 29.8 % / 53.5 %. The 12 FSDP settings are not forecast.
 """
 
 from __future__ import annotations
@@ -53,25 +58,25 @@ STUDY = {
     "datasets": {"synthetic_rgb": {"train_size": 2048, "test_size": 512}},
     "defaults": {"epochs": 3, "compile": False},
     "bench": {"kernels": False, "comm": True},
-    "sweeps": [
-        {
-            "name": f"{model}_{name}",
-            "dataset": "synthetic_rgb",
-            "model": model,
-            "grid": {**grid, "batch": list(BATCHES)},
-        }
-        for model in MODELS
-        for name, grid in STRATEGIES.items()
-    ],
 }
 
 
-def run_study(workdir: Path, repeats: int) -> Path:
-    """STUDY in a copy of this checkout (results and all): its tables folder."""
+def study(models: tuple[str, ...] = MODELS) -> dict:
+    """The study --run runs: every model of `models` in every strategy at every batch of BATCHES."""
+    sweeps = [
+        {"name": f"{model}_{name}", "dataset": "synthetic_rgb", "model": model, "grid": {**grid, "batch": [*BATCHES]}}
+        for model in models
+        for name, grid in STRATEGIES.items()
+    ]
+    return {**STUDY, "sweeps": sweeps}
+
+
+def run_study(workdir: Path, repeats: int, models: tuple[str, ...]) -> Path:
+    """study(models) in a copy of this checkout (results and all): its tables folder."""
     if not workdir.exists():
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(workdir)], check=True)
     config = workdir / "prediction_study.json"
-    config.write_text(json.dumps({**STUDY, "defaults": {**STUDY["defaults"], "repeats": repeats}}))
+    config.write_text(json.dumps({**study(models), "defaults": {**STUDY["defaults"], "repeats": repeats}}))
     snakemake = [sys.executable, "-m", "snakemake", "--configfile", str(config), "--cores", "2"]
     subprocess.run([*snakemake, "--resources", "gpu=2"], cwd=workdir, check=True)
     return workdir / "results" / "tables"
@@ -195,8 +200,14 @@ def main() -> None:
     source.add_argument("--run", action="store_true", help="run STUDY first")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/prediction-study"))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--models", default=",".join(MODELS), help="of the sweeps (vit: about 100 s a cell on one core of this VM)"
+    )
     args = parser.parse_args()
-    folder = run_study(args.workdir, args.repeats) if args.run else args.tables
+    models = tuple(args.models.split(","))
+    if not set(models) <= set(MODELS) | {"lenet", "resnet18"}:
+        parser.error(f"--models {args.models}: choose from {', '.join([*MODELS, 'lenet', 'resnet18'])}")
+    folder = run_study(args.workdir, args.repeats, models) if args.run else args.tables
     tables = tablefiles.read_tables(folder)
     frame = evaluate(tables)
     if frame.empty:
