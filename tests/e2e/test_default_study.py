@@ -87,11 +87,13 @@ def test_the_report_answers_from_the_data_and_renders_offline_with_every_figure(
     assert "DDP (gloo) on 2 devices at batch 64: " in html and "Largest loss: <strong>" in html
     assert "mode dp needs CUDA" in html and "backend nccl needs CUDA" in html
     assert "<strong>Allocator</strong> " in html and " in every cell that ran" in html
+    # the noise set against the machine at the cells' own moments (the gauge of every epoch)
+    assert "Inside the cells, the same reference workload timed after every epoch moved by" in html
     page = open_offline(workdir / "results/report/report.html")
     figures = sorted(p.name for p in (workdir / "results/figures").glob("*.png"))
     # every figure of outputs.FIGURES and the two microbenchmarks', each shown in the report
     assert figures == sorted([*outputs.FIGURES, "comm.png", "kernels.png"])
-    assert page["blocked"] == [] and len(page["images"]) == len(figures) == 14
+    assert page["blocked"] == [] and len(page["images"]) == len(figures) == 15
     assert all(done and width > 100 for done, width in page["images"])
 
 
