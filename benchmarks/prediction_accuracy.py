@@ -105,8 +105,8 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         model = Workload(ends, middle, fits)
         sigma = model_sigma(pd.Series(dtype=float), pd.concat([ends["noise_cv"], middle["noise_cv"]]))
         cal = middle.iloc[0]
-        efficiency = cal["global_batch"] / cal["samples_per_s"]
-        efficiency = model.t1(cal["global_batch"]) / efficiency / cal["devices"]
+        # the calibrating DDP setting's speedup over one device at its batch, per device
+        efficiency = cal["samples_per_s"] * model.t1(cal["global_batch"]) / cal["global_batch"] / cal["devices"]
         name = "/".join(str(v) for v in key[:2])
         for index, row in singles.iterrows():
             b = row["global_batch"]

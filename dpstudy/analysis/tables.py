@@ -154,7 +154,7 @@ def machine_rates(epochs: list[dict[str, Any]]) -> dict[str, float | None]:
     (dpstudy.engine.reference.InCell; None in records made before it)."""
     out = {}
     for rate in IN_CELL_RATES:
-        values = sorted(e[rate] for e in epochs if e.get(rate) is not None)
+        values = [e[rate] for e in epochs if e.get(rate) is not None]
         out[rate] = statistics.median(values) if values else None
     return out
 

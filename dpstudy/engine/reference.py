@@ -100,11 +100,10 @@ def dispatch(device: torch.device) -> Workload:
 
 
 # The gauge inside a cell, after each epoch's evaluation and outside every timed step: one turn
-# (IN_CELL_S / parts) of each part. Small matmuls, and on a CPU copies of a buffer twice the size of
+# (SLICE_S) of each part. Small matmuls, and on a CPU copies of a buffer twice the size of
 # this VM's 32 MiB L3 together with its target: a LeNet cell slowed by 20 % for two epochs while the
 # matmuls and the dispatch read normal, and the floor's copies were its noisiest part. No copies on
 # a GPU: their buffers would stay in the caching allocator's reserve.
-IN_CELL_S = 0.15
 IN_CELL_MATMUL_N = {"cpu": 256, "cuda": 1024}
 IN_CELL_COPY_BYTES = 32 * 2**20
 
@@ -119,13 +118,13 @@ class InCell:
         self.warmed = False
 
     def rates(self) -> dict[str, float]:
-        """{name: rate} of IN_CELL_RATES (the record's names; no copies on a GPU) over IN_CELL_S,
+        """{name: rate} of IN_CELL_RATES (the record's names; no copies on a GPU), one turn each,
         the first call after a turn of each part to warm its code paths (the cell's threads are awake)."""
         gflops, mops, gbps = IN_CELL_RATES
         parts = {gflops: compute(self.device, IN_CELL_MATMUL_N[self.device.type]), mops: dispatch(self.device)}
         if self.device.type == "cpu":
             parts[gbps] = memory(self.device, IN_CELL_COPY_BYTES)
-        seconds = IN_CELL_S * len(parts) / 3
-        rates = timed_rates(parts, seconds, self.device, warmup=0.0 if self.warmed else len(parts) * SLICE_S)
+        turns = len(parts) * SLICE_S
+        rates = timed_rates(parts, turns, self.device, warmup=0.0 if self.warmed else turns)
         self.warmed = True
         return rates
