@@ -45,7 +45,7 @@ ENV_COLUMNS = {
 }
 # record.probe (dpstudy.record.fields.PROBE_FIELDS): the parts of a step the scaling model needs
 # become columns; how the probe ran (its steps, the graphs it compiled) does not.
-PROBE_COLUMNS = tuple(k for k in PROBE_FIELDS if k not in ("steps", "graphs_compiled"))
+PROBE_COLUMNS = tuple(k for k in PROBE_FIELDS if k not in ("steps", "rounds", "graphs_compiled"))
 
 CELL_COLUMNS = (
     "cell",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import time
 
 from dpstudy.engine import compiling
@@ -23,6 +24,9 @@ STEPS = 8
 # CPU do not spend longer probing than training.
 PROBE_S = 2.0
 MIN_STEPS = 2
+# A step with its communication and the same step without it take turns in ROUNDS rounds, so a
+# drift of the machine touches both alike; the rounds' differences give the exposed time's spread.
+ROUNDS = 4
 
 
 def measure(trainer, steps: int = STEPS) -> dict | None:
@@ -69,6 +73,29 @@ def per_step(trainer, work, steps: int) -> float:
         work()
     trainer.par.synchronize()
     return (time.perf_counter() - start) / steps
+
+
+def interleaved(trainer, with_comm, without_comm, steps: int) -> dict:
+    """`with_comm` and `without_comm` timed in turns over ROUNDS rounds of about steps / ROUNDS
+    steps each (at least one), each round's times the slowest rank's: the median step of each
+    (sync_step_s, nosync_step_s), the median of the rounds' differences (exposed_s, the
+    communication the step did not hide) and their interquartile range (exposed_spread_s)."""
+    each = max(1, math.ceil(steps / ROUNDS))
+    times = []
+    for _ in range(ROUNDS):
+        times += [per_step(trainer, with_comm, each), per_step(trainer, without_comm, each)]
+    every = trainer.par.all_gather_floats(times)  # rank by rank
+    worst = [max(every[i :: len(times)]) for i in range(len(times))]
+    synced, unsynced = worst[0::2], worst[1::2]
+    exposed = [a - b for a, b in zip(synced, unsynced, strict=True)]
+    quartiles = statistics.quantiles(exposed, n=4, method="inclusive")
+    return {
+        "sync_step_s": statistics.median(synced),
+        "nosync_step_s": statistics.median(unsynced),
+        "exposed_s": statistics.median(exposed),
+        "exposed_spread_s": quartiles[2] - quartiles[0],
+        "rounds": ROUNDS,
+    }
 
 
 def timed(trainer, totals: dict, key: str, work):

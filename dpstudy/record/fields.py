@@ -84,12 +84,18 @@ PROBE_FIELDS = {
     "steps": {"type": "integer", "description": "steps each variant timed (2 to 8: fewer when a step is slow)"},
     "sync_step_s": {
         "type": "number",
-        "description": "DDP: forward and backward with the gradient all-reduce; FSDP: as FSDP runs it",
+        "description": "DDP: the step with the gradient all-reduce; FSDP: as FSDP runs it (rounds median)",
     },
     "nosync_step_s": {
         "type": "number",
         "description": "DDP: the same step under no_sync; FSDP: the same step on an unsharded replica (its compute)",
     },
+    "exposed_s": {
+        "type": "number",
+        "description": "DDP, FSDP: the median over the rounds of the step minus the step without communication",
+    },
+    "exposed_spread_s": {"type": "number", "description": "DDP, FSDP: the interquartile range of exposed_s's rounds"},
+    "rounds": {"type": "integer", "description": "DDP, FSDP: rounds in which the two steps took turns"},
     "allreduce_s": {"type": "number", "description": "DDP: one all-reduce of the gradients alone"},
     "grad_bytes": {
         "type": "integer",
@@ -101,7 +107,14 @@ PROBE_FIELDS = {
         "type": "integer",
         "description": "FSDP: the bytes that all-gather moves (in the mixed-precision dtype, if any)",
     },
-    "units": {"type": "integer", "description": "FSDP: the units that hold parameters of their own"},
+    "units": {
+        "type": "integer",
+        "description": "FSDP: the units that hold parameters of their own; DDP: those FSDP would make of the model",
+    },
+    "buckets": {
+        "type": "integer",
+        "description": "DDP: the buckets a steady step all-reduces (dpstudy.engine.grad_layout)",
+    },
     "scatter_s": {"type": "number", "description": "DP: scattering the batch"},
     "replicate_s": {"type": "number", "description": "DP: replicating the model"},
     "gather_s": {"type": "number", "description": "DP: gathering the outputs"},

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dpstudy.engine import probe
+from dpstudy.engine import grad_layout, probe
 from dpstudy.engine.modes.distributed import ProcessGroupMode
 from dpstudy.study.spec import DDP_KNOBS
 
@@ -34,8 +34,9 @@ class DistributedDataParallel(ProcessGroupMode):
 
     def probe(self, trainer, steps: int) -> dict | None:
         """A step's forward and backward with the gradient all-reduce and without it (no_sync),
-        and one all-reduce of the gradients' bytes alone: their difference is the all-reduce time
-        backward did not hide; against the all-reduce alone it gives the overlap DDP achieved."""
+        taking turns (probe.interleaved), and one all-reduce of the gradients' bytes alone: their
+        difference is the all-reduce time backward did not hide; against the all-reduce alone it
+        gives the overlap DDP achieved."""
         if self.world_size < 2:
             return None
         model = trainer.model
@@ -60,15 +61,16 @@ class DistributedDataParallel(ProcessGroupMode):
             work()
         dist.barrier()
         steps = probe.affordable_steps(trainer, warm_up_s, steps)
-        sync = probe.per_step(trainer, step(True), steps)
-        nosync = probe.per_step(trainer, step(False), steps)
+        turns = probe.interleaved(trainer, step(True), step(False), steps)
         dist.barrier()
         allreduce = probe.per_step(trainer, lambda: dist.all_reduce(flat), steps)
-        slowest = self.all_gather_floats([sync, nosync, allreduce])
         return {
             "steps": steps,
-            "sync_step_s": max(slowest[0::3]),
-            "nosync_step_s": max(slowest[1::3]),
-            "allreduce_s": max(slowest[2::3]),
+            **turns,
+            "allreduce_s": max(self.all_gather_floats([allreduce])),
             "grad_bytes": flat.numel() * flat.element_size(),
+            # the messages a forecast prices, each with its latency: DDP's own buckets, and the
+            # units FSDP would make of the same model (a forecast of FSDP from this cell)
+            "buckets": len(grad_layout.ddp_buckets(model.module, self.options.get("bucket_cap_mb"))),
+            "units": len(grad_layout.fsdp_units(model.module)),
         }

@@ -108,9 +108,10 @@ class FullyShardedDataParallel(ProcessGroupMode):
         return int(most) - batches
 
     def probe(self, trainer, steps: int) -> dict | None:
-        """A step's forward and backward as FSDP runs it, the same step on an unsharded replica of
-        the model (no collective at all: its compute), and its collectives alone: one all-gather of
-        every unit's parameters, and the reduce-scatter of every unit's gradients."""
+        """A step's forward and backward as FSDP runs it and the same step on an unsharded replica
+        of the model (no collective at all: its compute), taking turns (probe.interleaved), and its
+        collectives alone: one all-gather of every unit's parameters, and the reduce-scatter of
+        every unit's gradients."""
         if self.world_size < 2:
             return None
         from torch.distributed.fsdp import FSDPModule
@@ -166,15 +167,15 @@ class FullyShardedDataParallel(ProcessGroupMode):
             work()
         dist.barrier()
         steps = probe.affordable_steps(trainer, warm_up_s, steps)
-        times = [probe.per_step(trainer, work, steps) for work in (sharded, compute, all_gather, reduce_scatter)]
+        turns = probe.interleaved(trainer, sharded, compute, steps)
+        times = [probe.per_step(trainer, work, steps) for work in (all_gather, reduce_scatter)]
         slowest = self.all_gather_floats(times)
         del replica
         return {
             "steps": steps,
-            "sync_step_s": max(slowest[0::4]),
-            "nosync_step_s": max(slowest[1::4]),
-            "allgather_s": max(slowest[2::4]),
-            "reduce_scatter_s": max(slowest[3::4]),
+            **turns,
+            "allgather_s": max(slowest[0::2]),
+            "reduce_scatter_s": max(slowest[1::2]),
             "gather_bytes": sum(sizes) * gather_size,
             "grad_bytes": sum(sizes) * 4,  # reduced in fp32 (the policy's reduce_dtype, or fp32 params)
             "units": len(sizes),

@@ -267,7 +267,7 @@ def test_probe_fields_become_columns_but_how_the_probe_ran_does_not(tmp_path):
         tmp_path, [make_record(mode="single"), make_record(mode="ddp", gpus=2, backend="gloo", probe=probe)]
     )
     cells = by_cell(cells["cells"])
-    assert PROBE_COLUMNS == tuple(k for k in PROBE_FIELDS if k not in ("steps", "graphs_compiled"))
+    assert PROBE_COLUMNS == tuple(k for k in PROBE_FIELDS if k not in ("steps", "rounds", "graphs_compiled"))
     assert list(cells.columns[-len(PROBE_COLUMNS) :]) == list(PROBE_COLUMNS)
     ddp = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"]
     assert ddp[["sync_step_s", "allreduce_s", "grad_bytes"]].tolist() == [0.045, 0.020, 400_000.0]

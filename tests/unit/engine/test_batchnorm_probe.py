@@ -72,4 +72,10 @@ def test_a_batchnorm_model_at_1x1_feature_maps_trains_and_probes_in_every_mode(p
     if nproc:  # the multi-rank probe ran on full batches; fsdp's replica has the data's 10 classes
         assert rec["probe"]["steps"] >= 2 and rec["probe"]["sync_step_s"] > 0 and rec["probe"]["nosync_step_s"] > 0
         assert rec["probe"]["grad_bytes"] == 4 * (3 * 3 * 1 * 8 + 8 + 8 * 8 + 8 + 8 + 8 + 8 * 10 + 10)
+        # FSDP's units (measured by FSDP, planned by DDP for a forecast): the two convolutions,
+        # the linear layer, and the root with the BatchNorm; DDP sends the 0.9 KB as one bucket
+        assert rec["probe"]["units"] == 4
+        # the step with and without its communication took turns in 4 rounds
+        assert rec["probe"]["rounds"] == 4 and rec["probe"]["exposed_spread_s"] >= 0
+        assert rec["probe"].get("buckets") == (1 if mode == "ddp" else None)
     assert all(v > 0 for v in rec["memory"]["peak_mb"])
