@@ -10,21 +10,23 @@ tables; --tables evaluates a finished study's (its comm_fit.csv holds the collec
 Per workload (dpstudy.analysis.forecast.FORECAST_GROUP) the model is calibrated on three settings:
 one device at the smallest and the largest batch, and DDP at the middle batch (or at the largest
 DDP batch measured); plus the collective fits. It forecasts every other setting it can: DDP at the
-other batches, one device at the other batches (the line through the two). FSDP settings are
-counted, not forecast: the model has no FSDP term yet. Printed per setting: the forecast with its
-95 % interval (sigma: the calibrating settings' noise, widened where it extrapolates), what was
-measured and the error; then the median and p90 |error|, the intervals' coverage, the fastest
-strategy per workload and global batch among the forecast ones (right when it is the measured
-fastest or within the measured intervals of it), and the same errors for
+other batches, FSDP full and grad_op at every batch (no FSDP cell calibrates them: they take DDP's
+host share and overlap, priced with FSDP's own collectives per unit), one device at the other
+batches (the line through the two). Printed per setting: the forecast with its 95 % interval
+(sigma: the calibrating settings' noise, widened where it extrapolates), what was measured and the
+error; then the median and p90 |error|, the intervals' coverage, per strategy the same, the fastest
+strategy per workload and global batch among one device, DDP and FSDP (right when it is the
+measured fastest or within the measured intervals of it), and the same errors for
   linear  one device's throughput x n x the calibrating DDP setting's efficiency;
-  naive   one device's step / n + the all-reduce of the gradient by the fit, nothing hidden;
+  naive   one device's step / n + the strategy's collectives by the fits, nothing hidden;
   before  the "why not n x" model (dpstudy.analysis.scaling, the scaling_settings table), which
           reads each setting's own probe: not a forecast, what the report had before.
 
-Measured here (--run --models simplecnn,lenet, 3 repeats, 13 min; vit takes about 100 s a cell on
-one core of this VM): 6 forecasts, median |error| 3.0 %, p90 9.2 %, coverage 4 of 6, the fastest
-strategy right in 6 of 6 workload-batches; DDP alone 5.7 % / 9.7 % against linear 14.0 % / 19.8 %,
-naive 24.2 % / 34.8 % and before 29.8 % / 53.5 %. The 12 FSDP settings are not forecast.
+Measured here (--run --models simplecnn,lenet, 3 repeats, 83 jobs in 15 min; vit takes about 100 s
+a cell on one core of this VM): 18 forecasts, 12 of them FSDP; median |error| 9.2 %, p90 14.0 %,
+coverage 78 %, the fastest strategy right in 6 of 6 workload-batches; DDP alone 2.4 % / 3.3 %,
+FSDP full 10.6 % / 12.2 %, grad_op 13.8 % / 14.6 %; over the 16 DDP and FSDP settings linear
+52.1 % / 230.4 %, naive 35.4 % / 57.1 %, before 25.0 % / 247.1 %.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpstudy.analysis import tablefiles  # noqa: E402
-from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, ring_allreduce  # noqa: E402
+from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval  # noqa: E402
 from dpstudy.analysis.predictions import calibration_inputs, group_of, model_sigma  # noqa: E402
 
 MODELS = ("simplecnn", "vit")
@@ -82,9 +84,10 @@ def run_study(workdir: Path, repeats: int, models: tuple[str, ...]) -> Path:
     return workdir / "results" / "tables"
 
 
-def calibration(single: pd.DataFrame, ddp: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def calibration(single: pd.DataFrame, multi: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The three calibrating settings: one device at the smallest and largest batch, DDP at the middle."""
     ends = single[single["global_batch"].isin([single["global_batch"].min(), single["global_batch"].max()])]
+    ddp = multi[multi["strategy"] == "ddp"]
     batches = sorted(ddp["global_batch"])
     middle = batches[len(batches) // 2]
     return ends, ddp[ddp["global_batch"] == middle].head(1)
@@ -94,12 +97,12 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """A row per forecast setting: kind, workload, mode, devices, global_batch, measured with its
     interval, forecast with its interval, and the baselines' throughputs."""
     settings, cells, fits = tables["settings"], tables["cells"], tables["comm_fit"]
-    single, ddp = calibration_inputs(settings, cells, tables.get("memory_split"))
+    single, multi = calibration_inputs(settings, cells, tables.get("memory_split"))
     before = tables.get("scaling_settings", pd.DataFrame())
     rows = []
-    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
+    for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
         singles = group_of(single, key)
-        if len(singles) < 2:
+        if len(singles) < 2 or not (own["strategy"] == "ddp").any():
             continue
         ends, middle = calibration(singles, own)
         model = Workload(ends, middle, fits)
@@ -113,14 +116,14 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
             kind = "calibrating" if index in ends.index else "single"
             rows.append(forecast_row(kind, name, row, b / model.t1(b), interval(b / model.t1(b), sigma, 0)))
         for index, row in own.iterrows():
-            n, b = int(row["devices"]), row["global_batch"]
-            made = model.forecast(row["backend"], row["env_device"], n, int(b), row["grad_bytes"])
+            n, b, strategy = int(row["devices"]), row["global_batch"], row["strategy"]
+            made = model.forecast(strategy, row["backend"], row["env_device"], n, int(b))
             bounds = interval(made["predicted_samples_per_s"], sigma, made["distance"])
-            kind = "calibrating" if index == middle.index[0] else "ddp"
+            kind = "calibrating" if index == middle.index[0] else strategy.replace("fsdp ", "fsdp-")
             out = forecast_row(kind, name, row, made["predicted_samples_per_s"], bounds)
-            allreduce, _ = ring_allreduce(fits, row["backend"], row["env_device"], n, row["grad_bytes"])
+            comm, _ = model.comm(strategy, row["backend"], row["env_device"], n)
             out["linear"] = b / model.t1(b) * n * efficiency
-            out["naive"] = b / (model.t1(b / n) + allreduce)
+            out["naive"] = b / (model.t1(b / n) + comm)
             out["before"] = predicted_by_scaling(before, row)
             rows.append(out)
     return pd.DataFrame(rows)
@@ -172,25 +175,28 @@ def report(everything: pd.DataFrame, fsdp: int) -> None:
     frame = everything[everything["kind"] != "calibrating"]
     for _, r in frame.sort_values(["workload", "kind", "global_batch"]).iterrows():
         print(
-            f"{r['workload']:24s} {r['kind']:6s} n={r['devices']} B={r['global_batch']:4d}: forecast "
+            f"{r['workload']:24s} {r['kind']:12s} n={r['devices']} B={r['global_batch']:4d}: forecast "
             f"{r['predicted']:8.0f} [{r['low']:.0f}-{r['high']:.0f}], measured {r['measured']:8.0f}: "
             f"{(r['predicted'] / r['measured'] - 1) * 100:+6.1f} %"
         )
     model = errors(frame, "predicted").abs()
     inside = ((frame["low"] <= frame["measured"]) & (frame["measured"] <= frame["high"])).mean()
-    print(f"\n{len(frame)} forecasts; {fsdp} FSDP setting(s) measured, not forecast (no FSDP term)")
+    print(f"\n{len(frame)} forecasts, {fsdp} of them FSDP settings (no FSDP cell calibrates them)")
     print(
         f"model   : median |error| {model.median() * 100:5.1f} %, p90 {model.quantile(0.9) * 100:5.1f} %, "
         f"coverage {inside * 100:.0f} %"
     )
-    ddp = frame[frame["kind"] == "ddp"]
+    multi = frame[frame["kind"] != "single"]
     for name in ("linear", "naive", "before"):
-        if name in ddp and ddp[name].notna().any():
-            e = errors(ddp, name).abs()
-            print(f"{name:8s}: median |error| {e.median() * 100:5.1f} %, p90 {e.quantile(0.9) * 100:5.1f} % (DDP only)")
-    if len(ddp):
-        e = errors(ddp, "predicted").abs()
-        print(f"model on DDP alone: median |error| {e.median() * 100:5.1f} %, p90 {e.quantile(0.9) * 100:5.1f} %")
+        if name in multi and multi[name].notna().any():
+            e = errors(multi, name).abs()
+            told = f"{name:8s}: median |error| {e.median() * 100:5.1f} %, p90 {e.quantile(0.9) * 100:5.1f} %"
+            print(f"{told} over {len(e)} DDP and FSDP settings")
+    for kind, part in multi.groupby("kind"):
+        e = errors(part, "predicted").abs()
+        told = f"model on {kind} alone: median |error| {e.median() * 100:5.1f} %, p90 {e.quantile(0.9) * 100:5.1f} %"
+        inside = ((part["low"] <= part["measured"]) & (part["measured"] <= part["high"])).mean()
+        print(f"{told}, coverage {inside * 100:.0f} %")
 
 
 def main() -> None:
@@ -215,7 +221,7 @@ def main() -> None:
     fsdp = int((tables["settings"]["mode"] == "fsdp").sum())
     report(frame, fsdp)
     right, total = fastest_right(frame)
-    print(f"fastest forecast strategy right in {right} of {total} workload-batches (one device vs DDP)")
+    print(f"fastest forecast strategy right in {right} of {total} workload-batches (one device, DDP, FSDP)")
 
 
 if __name__ == "__main__":

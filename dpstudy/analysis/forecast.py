@@ -1,27 +1,36 @@
-"""Forecasts of DDP settings from the measured ones, each checked against a setting held out.
+"""Forecasts of DDP and FSDP settings from the measured ones, each checked against a setting held out.
 
 Per workload (every setting key but the strategy's and the batch: FORECAST_GROUP), from the study's
 own settings table, cells' probes and the collectives' fits (dpstudy.analysis.comm_fit):
 
   t1(b)       a single-device step at batch b: b / its measured throughput; elsewhere the line
               a + c b through the measured batches (least squares; one batch: c b)
-  exposed     the all-reduce that backward did not hide, per step: the probe's step with the
-              all-reduce minus the step under no_sync
+  comm(n)     the strategy's collectives per step, each message priced by its fit at n ranks
+              (latency + bytes / bandwidth): DDP all-reduces the gradient in `buckets`; FSDP
+              all-gathers each of its `units` (twice when shard is full: for forward and again
+              for backward, once for grad_op) and reduce-scatters its gradients (the probes'
+              layout, dpstudy.engine.grad_layout)
+  exposed     the communication backward did not hide, per step: the probe's step minus the same
+              step without it (DDP under no_sync; FSDP on an unsharded replica), the median of
+              the rounds in which the two took turns (exposed_s; older probes: the two means)
   share(n)    how much slower one rank's step is when n ranks share the host:
-              (the measured DDP step - exposed) / t1(b), median over the calibrating settings at n
-  hidden(n)   exposed / the all-reduce of the gradient as comm_fit prices it at n ranks
-  step(n, b)  t1(b) share(n) + hidden(n) allreduce_n(gradient bytes)
+              (the measured step - exposed) / t1(b), median over the calibrating settings at n
+  hidden(n)   exposed / comm(n): the part of the priced communication left exposed
+  step(n, b)  t1(b) share(n) + hidden(n) comm(n)
   throughput  B / step(n, B / n) for a global batch B; speedup over t1's throughput at B
 
-World sizes without a calibrating setting extrapolate: share grows linearly from 1 at one rank
-through the largest calibrated n, hidden is the nearest n's, and the all-reduce follows the ring
-from the fit at the nearest world size (latency x (n - 1), bytes x 2(n - 1)/n over its bus
-bandwidth). Each forecast says which (`how`: interpolated or extrapolated, `basis`).
+share and hidden come from the strategy's own measured settings; an FSDP strategy none of whose
+settings ran borrows DDP's (the same ranks on the same host, the same backend), and says so. World
+sizes without a calibrating setting extrapolate: share grows linearly from 1 at one rank through the
+largest calibrated n, hidden is the nearest n's, and each collective follows the ring from the fit
+at the nearest world size (latency x (n - 1), bytes x its bus factor over the bus bandwidth). Each
+forecast says which (`how`: interpolated or extrapolated, `basis`).
 
 Memory per device: dpstudy.analysis.memory_forecast's line in the per-device batch. The 95 %
 interval of a forecast is exp(+-1.96 sigma) around it, sigma the model's log error on settings held
 out (dpstudy.analysis.predictions, which makes the table), widened by 1 + the log2-distance to the
-calibrated world sizes and batches when extrapolating.
+calibrated world sizes and batches when extrapolating, and by one more where an FSDP strategy
+borrows DDP's share and overlap.
 """
 
 from __future__ import annotations
@@ -40,47 +49,95 @@ from dpstudy.analysis.strategies import STRATEGY_KEYS
 BATCH_KEYS = ("batch", "global_batch", "devices")
 FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *BATCH_KEYS))
 Z95 = 1.96
+# The bytes each collective moves per rank over the ring, as a share of its total size S
+# (nccl-tests' bus factors): what a fit at m ranks carries to n ranks.
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+}
+# Per strategy, its collectives per step: (collective, the layout's message count, its bytes)
+MESSAGES = {
+    "ddp": (("all_reduce", "buckets", "grad_bytes"),),
+    "fsdp full": (
+        ("all_gather", "units", "gather_bytes"),
+        ("all_gather", "units", "gather_bytes"),
+        ("reduce_scatter", "units", "grad_bytes"),
+    ),
+    "fsdp grad_op": (("all_gather", "units", "gather_bytes"), ("reduce_scatter", "units", "grad_bytes")),
+}
+FORECAST_STRATEGIES = tuple(MESSAGES)
+# FSDP's all-gather moves the parameters in the compute dtype of its mixed-precision policy
+GATHER_SHARE = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
 
 
-def ring_allreduce(fits: pd.DataFrame, backend: str, device: str, n: int, nbytes: float) -> tuple[float, bool]:
-    """(seconds of an all-reduce of `nbytes` over n ranks, whether it extrapolated): the fit at n
-    within its sizes, else the ring model from the nearest world size's fit."""
-    rows = fits[(fits["collective"] == "all_reduce") & (fits["backend"] == backend) & (fits["device"] == device)]
+def strategy_of(mode: str, shard) -> str:
+    """The key of MESSAGES for a setting's mode and shard (an FSDP setting without one shards full)."""
+    return f"fsdp {shard if shard in ('full', 'grad_op') else 'full'}" if mode == "fsdp" else mode
+
+
+def collective_time(
+    fits: pd.DataFrame, collective: str, backend: str, device: str, n: int, nbytes: float, messages: int = 1
+) -> tuple[float, bool]:
+    """(seconds of `messages` equal calls of `collective` moving `nbytes` in all over n ranks, whether
+    it extrapolated): the fit at n within its sizes, else the ring from the nearest world size's fit."""
+    rows = fits[(fits["collective"] == collective) & (fits["backend"] == backend) & (fits["device"] == device)]
     if rows.empty:
-        raise LookupError(f"no all_reduce fit for {backend} on {device} (comm_bench)")
+        raise LookupError(f"no {collective} fit for {backend} on {device} (comm_bench)")
     near = rows.iloc[(rows["world_size"] - n).abs().argsort()].iloc[0]
-    m = int(near["world_size"])
-    inside = m == n and near["min_bytes"] <= nbytes <= near["max_bytes"]
+    m, each = int(near["world_size"]), nbytes / max(messages, 1)
     if m == n:
-        return predicted_time(near, nbytes), not inside
+        return messages * predicted_time(near, each), not near["min_bytes"] <= each <= near["max_bytes"]
+    factor = BUS_FACTOR[collective]
     per_hop = near["latency_s"] / max(m - 1, 1)
-    busbw = near["bandwidth_gbps"] * 1e9 * 2 * (m - 1) / m
-    return per_hop * (n - 1) + nbytes * 2 * (n - 1) / n / busbw, True
+    busbw = near["bandwidth_gbps"] * 1e9 * factor(m)
+    return messages * (per_hop * (n - 1) + each * factor(n) / busbw), True
+
+
+def layout_of(multi: pd.DataFrame) -> dict[str, float]:
+    """The workload's gradient layout (medians over its DDP and FSDP settings): grad_bytes, buckets,
+    units, gather_bytes. A probe that did not record a count (older records) counts one message."""
+    if multi.empty:
+        return {"grad_bytes": math.nan, "buckets": 1, "units": 1, "gather_bytes": math.nan}
+    grad = float(multi["grad_bytes"].median())
+    share = multi["precision"].map(GATHER_SHARE).fillna(1.0) if "precision" in multi else 1.0
+    gather = multi.get("gather_bytes", pd.Series(math.nan, index=multi.index)).fillna(multi["grad_bytes"] * share)
+
+    def count(column: str) -> int:
+        values = multi[column].dropna() if column in multi else pd.Series(dtype=float)
+        return int(values.median()) if len(values) else 1
+
+    return {"grad_bytes": grad, "buckets": count("buckets"), "units": count("units"), "gather_bytes": gather.median()}
 
 
 class Workload:
-    """The calibrated model of one workload (one FORECAST_GROUP value)."""
+    """The calibrated model of one workload (one FORECAST_GROUP value): `single` its single-device
+    settings, `multi` its DDP and FSDP settings over 2+ ranks with their probes and `strategy`."""
 
-    def __init__(self, single: pd.DataFrame, ddp: pd.DataFrame, fits: pd.DataFrame):
+    def __init__(self, single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame):
         self.batches = sorted(single["global_batch"].astype(float))
         self.single = dict(zip(single["global_batch"].astype(float), single["global_batch"] / single["samples_per_s"]))
         self.a, self.c = line_fit(self.single, self.single.values())
         self.fits = fits
+        self.layout = layout_of(multi)
         # memory_mb: the settings' step peak (dpstudy.analysis.memory_forecast), NaN where not measured
         self.memory = MemoryLine(
             list(zip(single["global_batch"].astype(float), single["memory_mb"], strict=True)),
-            list(zip(ddp["global_batch"] / ddp["devices"], ddp["memory_mb"], strict=True)),
+            [
+                (s, b / n, n, mb)
+                for s, b, n, mb in zip(multi["strategy"], multi["global_batch"], multi["devices"], multi["memory_mb"])
+            ],
         )
-        self.calibrated: dict[tuple[str, int], dict] = {}
-        for (backend, n), rows in ddp.groupby(["backend", "devices"]):
+        self.calibrated: dict[tuple[str, str, int], dict] = {}
+        for (strategy, backend, n), rows in multi.groupby(["strategy", "backend", "devices"]):
             share, hidden = [], []
             for _, row in rows.iterrows():
-                b = row["global_batch"] / n
-                exposed = max(0.0, row["sync_step_s"] - row["nosync_step_s"])
-                share.append((row["global_batch"] / row["samples_per_s"] - exposed) / self.t1(b))
-                priced, _ = ring_allreduce(fits, backend, row["env_device"], int(n), row["grad_bytes"])
+                exposed = row.get("exposed_s", math.nan)
+                exposed = max(0.0, row["sync_step_s"] - row["nosync_step_s"] if pd.isna(exposed) else exposed)
+                share.append((row["global_batch"] / row["samples_per_s"] - exposed) / self.t1(row["global_batch"] / n))
+                priced, _ = self.comm(strategy, backend, row["env_device"], int(n))
                 hidden.append(exposed / priced if priced > 0 else 0.0)
-            self.calibrated[(backend, int(n))] = {
+            self.calibrated[(strategy, backend, int(n))] = {
                 "share": float(np.median(share)),
                 "hidden": float(np.median(hidden)),
                 "settings": len(rows),
@@ -89,43 +146,65 @@ class Workload:
     def t1(self, b: float) -> float:
         return self.single.get(float(b), self.a + self.c * b)
 
-    def forecast(self, backend: str, device: str, n: int, global_batch: int, grad_bytes: float) -> dict:
-        """Throughput and speedup of DDP over n ranks at `global_batch`, with how it was reached."""
+    def comm(self, strategy: str, backend: str, device: str, n: int) -> tuple[float, bool]:
+        """(seconds of the strategy's collectives per step at n ranks, whether any extrapolated)."""
+        total, outside = 0.0, False
+        for collective, count, size in MESSAGES[strategy]:
+            seconds, out = collective_time(
+                self.fits, collective, backend, device, n, self.layout[size], self.layout[count]
+            )
+            total, outside = total + seconds, outside or out
+        return total, outside
+
+    def forecast(self, strategy: str, backend: str, device: str, n: int, global_batch: int) -> dict:
+        """Throughput, speedup and memory per device of `strategy` over n ranks at `global_batch`,
+        with how it was reached."""
+        if strategy not in MESSAGES:
+            raise LookupError(f"{strategy} is not forecast (the model forecasts {', '.join(MESSAGES)})")
         b = global_batch / n
-        mine = [k for k in self.calibrated if k[0] == backend]
+        source = strategy
+        if not any(k[:2] == (strategy, backend) for k in self.calibrated):
+            source = "ddp"  # an FSDP strategy none of whose settings ran: DDP's share and overlap
+        mine = [k for k in self.calibrated if k[:2] == (source, backend)]
         if not mine:
-            raise LookupError(f"no measured DDP setting over {backend} calibrates it")
-        if (backend, n) in self.calibrated:
-            cal, how_n = self.calibrated[(backend, n)], None
+            kinds = "DDP" if strategy == "ddp" else f"{strategy.replace('fsdp', 'FSDP')} or DDP"
+            raise LookupError(f"no measured {kinds} setting over {backend} calibrates it")
+        if (source, backend, n) in self.calibrated:
+            cal, how_n = self.calibrated[(source, backend, n)], None
             share = cal["share"]
         else:
-            largest = max(mine, key=lambda k: k[1])
-            grow = (self.calibrated[largest]["share"] - 1) / max(largest[1] - 1, 1)
+            largest = max(mine, key=lambda k: k[2])
+            grow = (self.calibrated[largest]["share"] - 1) / max(largest[2] - 1, 1)
             share = 1 + grow * (n - 1)
-            nearest = min(mine, key=lambda k: abs(k[1] - n))
-            cal, how_n = self.calibrated[nearest], nearest[1]
-        allreduce, comm_extrapolated = ring_allreduce(self.fits, backend, device, n, grad_bytes)
-        step = self.t1(b) * share + cal["hidden"] * allreduce
+            nearest = min(mine, key=lambda k: abs(k[2] - n))
+            cal, how_n = self.calibrated[nearest], nearest[2]
+        comm, comm_extrapolated = self.comm(strategy, backend, device, n)
+        step = self.t1(b) * share + cal["hidden"] * comm
         outside_b = not (self.batches[0] <= b <= self.batches[-1])
+        label = source.replace("ddp", "DDP").replace("fsdp", "FSDP")
         basis = [
             f"{len(self.single)} single-device batch(es)",
-            f"{cal['settings']} DDP setting(s) at n={n if how_n is None else how_n}",
+            f"{cal['settings']} {label} setting(s) at n={n if how_n is None else how_n}",
         ]
+        if source != strategy:
+            basis.append(f"no {strategy} setting ran: DDP's host share and overlap")
         if how_n is not None:
             basis.append(f"{n} ranks extrapolated from {how_n}")
         if outside_b:
             basis.append(f"per-device batch {b:g} outside the measured {self.batches[0]:g}-{self.batches[-1]:g}")
         if comm_extrapolated and how_n is None:
-            basis.append(f"the gradient's {grad_bytes:,.0f} bytes outside comm_bench's sizes")
-        extrapolated = how_n is not None or outside_b or comm_extrapolated
+            basis.append("messages outside comm_bench's sizes")
+        extrapolated = how_n is not None or outside_b or comm_extrapolated or source != strategy
         distance = 0.0
         if how_n is not None:
             distance += abs(math.log2(n / how_n))
         if outside_b:
             distance += min(abs(math.log2(b / self.batches[0])), abs(math.log2(b / self.batches[-1])))
+        if source != strategy:
+            distance += 1  # another strategy's overlap: as uncertain as a doubling of the world size
         return {
             "predicted_samples_per_s": global_batch / step,
-            "predicted_memory_mb": self.memory.at(b),
+            "predicted_memory_mb": self.memory.at(b, n, strategy),
             "predicted_speedup": self.t1(global_batch) / step,
             "how": "extrapolated" if extrapolated else "interpolated",
             "basis": "; ".join(basis),

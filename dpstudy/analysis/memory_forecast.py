@@ -1,13 +1,15 @@
-"""Memory per device of a DDP setting from the measured ones (dpstudy.analysis.forecast asks).
+"""Memory per device of a DDP or FSDP setting from the measured ones (dpstudy.analysis.forecast asks).
 
-What a DDP rank holds at a step's peak, by PyTorch's tracker (the memory_split table's peak_mb on
-the fullest device): the model, its gradients and the optimizer's state, fixed in the batch, and
-one per-device batch's activations, growing with it. So peak(b) = fixed + per_sample b at the
-per-device batch b: the line through the workload's single-device settings, plus what DDP holds
-beyond one device (its reducer's buckets, about one more gradient): the median over the
-calibrating DDP settings of their peak above the line at their b. Without single-device memory,
-the line through the DDP settings alone. The figure is the tracker's: what an allocator reserves
-beside it (a CUDA context, the caching allocator's rounding) is not in it.
+What a rank holds at a step's peak, by PyTorch's tracker (the memory_split table's peak_mb on the
+fullest device): the model, its gradients and the optimizer's state, fixed in the batch, and one
+per-device batch's activations, growing with it. So one device's peak(b) = fixed + per_sample b:
+the line through the workload's single-device settings. A DDP rank holds all of `fixed` and what
+DDP keeps beyond one device (its reducer's buckets, about one more gradient); an FSDP rank holds
+`fixed` / n, its shard, and what FSDP keeps beyond it (the units it has gathered). Each strategy's
+extra is the median over its calibrating settings of their peak above that base; a strategy none
+of whose settings measured memory adds nothing, and says so in the basis. Without single-device
+memory, the line through the DDP settings alone. The figure is the tracker's: what an allocator
+reserves beside it (a CUDA context, the caching allocator's rounding) is not in it.
 """
 
 from __future__ import annotations
@@ -29,28 +31,38 @@ def setting_memory(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Ser
     return pd.Series([fullest.reindex(ids.split()).median() for ids in settings["cells"]], index=settings.index)
 
 
-class MemoryLine:
-    """peak(b) of one workload's DDP ranks, calibrated on (per-device batch, MB) pairs."""
+def sharded(strategy: str) -> bool:
+    return strategy.startswith("fsdp")
 
-    def __init__(self, single: list[tuple[float, float]], ddp: list[tuple[float, float]]):
+
+class MemoryLine:
+    """peak(b) of one workload's ranks, calibrated on single-device (batch, MB) pairs and the
+    multi-device settings' (strategy, per-device batch, ranks, MB)."""
+
+    def __init__(self, single: list[tuple[float, float]], multi: list[tuple[str, float, int, float]]):
         single = [(b, mb) for b, mb in single if np.isfinite(mb)]
-        ddp = [(b, mb) for b, mb in ddp if np.isfinite(mb)]
+        multi = [(s, b, n, mb) for s, b, n, mb in multi if np.isfinite(mb)]
+        ddp = [(b, mb) for s, b, _, mb in multi if s == "ddp"]
         self.known = bool(single or ddp)
+        self.extra: dict[str, float] = {}
         if single:
             self.fixed, self.per_sample = line_fit(*zip(*single, strict=True))
-            self.extra = float(np.median([mb - self.line(b) for b, mb in ddp])) if ddp else 0.0
-            self.basis = f"memory from {len(single)} single-device and {len(ddp)} DDP setting(s)"
+            by_strategy: dict[str, list[float]] = {}
+            for strategy, b, n, mb in multi:
+                by_strategy.setdefault(strategy, []).append(mb - self.base(b, n, strategy))
+            self.extra = {strategy: float(np.median(extras)) for strategy, extras in by_strategy.items()}
+            self.basis = f"memory from {len(single)} single-device and {len(multi)} multi-device setting(s)"
         elif ddp:
             self.fixed, self.per_sample = line_fit(*zip(*ddp, strict=True))
-            self.extra = 0.0
             self.basis = f"memory from {len(ddp)} DDP setting(s)"
         else:
-            self.fixed = self.per_sample = self.extra = math.nan
+            self.fixed = self.per_sample = math.nan
             self.basis = "no measured memory"
 
-    def line(self, b: float) -> float:
-        return self.fixed + self.per_sample * b
+    def base(self, b: float, n: int, strategy: str) -> float:
+        return self.fixed / (n if sharded(strategy) else 1) + self.per_sample * b
 
-    def at(self, b: float) -> float:
-        """MB on the fullest device of a DDP rank at per-device batch b (NaN: nothing measured)."""
-        return self.line(b) + self.extra if self.known else math.nan
+    def at(self, b: float, n: int = 1, strategy: str = "ddp") -> float:
+        """MB on the fullest device of a rank of `strategy` over n ranks at per-device batch b (NaN:
+        nothing measured)."""
+        return self.base(b, n, strategy) + self.extra.get(strategy, 0.0) if self.known else math.nan

@@ -16,12 +16,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval
+from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, strategy_of
 from dpstudy.analysis.memory_forecast import setting_memory
 
 COLUMNS = (
     *FORECAST_GROUP,
     "mode",
+    "shard",
     "backend",
     "devices",
     "global_batch",
@@ -40,22 +41,28 @@ COLUMNS = (
     "measured_memory_mb",
     "memory_error",
 )
-PROBES = ("sync_step_s", "nosync_step_s", "grad_bytes")  # the DDP probe's fields a forecast reads
+PROBES = ("sync_step_s", "nosync_step_s", "grad_bytes")  # the probe's fields a forecast needs
+# and those it reads where recorded (older probes lack them): the layout, the interleaved exposed time
+OPTIONAL = ("buckets", "units", "gather_bytes", "exposed_s")
 
 
 def calibration_inputs(
     settings: pd.DataFrame, cells: pd.DataFrame, split: pd.DataFrame | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(single-device settings, DDP settings over 2+ ranks with the medians of their cells' probes),
-    both with `memory_mb` (dpstudy.analysis.memory_forecast.setting_memory over `split`, the
-    memory_split table; NaN without it)."""
+    """(single-device settings, DDP and FSDP settings over 2+ ranks with their `strategy`
+    (forecast.strategy_of) and the medians of their cells' probes), both with `memory_mb`
+    (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN
+    without it)."""
     settings = settings.assign(memory_mb=setting_memory(settings, split))
     single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
-    ddp = settings[(settings["mode"] == "ddp") & (settings["devices"] > 1)].copy()
-    probes = cells.set_index("cell")[list(PROBES)]
-    for column in PROBES:  # the setting's `cells`: its finished repeats, space-separated
-        ddp[column] = [probes.loc[ids.split(), column].median() for ids in ddp["cells"]]
-    return single, ddp[ddp[list(PROBES)].notna().all(axis=1)]
+    multi = settings[settings["mode"].isin(["ddp", "fsdp"]) & (settings["devices"] > 1)].copy()
+    shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
+    multi["strategy"] = [strategy_of(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
+    columns = [c for c in (*PROBES, *OPTIONAL) if c in cells]
+    probes = cells.set_index("cell")[columns]
+    for column in columns:  # the setting's `cells`: its finished repeats, space-separated
+        multi[column] = [probes.loc[ids.split(), column].median() for ids in multi["cells"]]
+    return single, multi[multi[list(PROBES)].notna().all(axis=1)]
 
 
 def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
@@ -70,12 +77,12 @@ def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
 def leave_one_out(
     settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame, split: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """The table's measured rows: every DDP setting over 2+ ranks forecast from the workload's other
+    """The table's measured rows: every DDP and FSDP setting over 2+ ranks forecast from the workload's other
     settings (its own never read), beside what it measured (and `noise_cv`, its own, which the
     interval cannot beat). A setting no other calibrates is left out."""
-    single, ddp = calibration_inputs(settings, cells, split)
+    single, multi = calibration_inputs(settings, cells, split)
     rows = []
-    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
+    for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
         singles = group_of(single, key)
         if singles.empty:
             continue
@@ -83,18 +90,18 @@ def leave_one_out(
             try:
                 model = Workload(singles, own.drop(index), fits)
                 made = model.forecast(
+                    held_out["strategy"],
                     held_out["backend"],
                     held_out["env_device"],
                     int(held_out["devices"]),
                     int(held_out["global_batch"]),
-                    held_out["grad_bytes"],
                 )
             except LookupError:
                 continue
             rows.append(
                 {
                     **dict(zip(FORECAST_GROUP, key, strict=True)),
-                    **{k: held_out[k] for k in ("mode", "backend", "devices", "global_batch")},
+                    **{k: held_out.get(k) for k in ("mode", "shard", "backend", "devices", "global_batch")},
                     **made,
                     "source": "leave-one-out",
                     "measured_samples_per_s": held_out["samples_per_s"],
@@ -147,9 +154,9 @@ def requested(
     with measured DDP settings its filters match, calibrated on all of them; a request the workload
     cannot answer (no DDP setting over its backend, no all-reduce fit) is a row with the reason as
     its basis and no numbers. `sigma`: sigmas() of the held-out rows."""
-    single, ddp = calibration_inputs(settings, cells, split)
+    single, multi = calibration_inputs(settings, cells, split)
     rows = []
-    for key, own in ddp.groupby(list(FORECAST_GROUP), dropna=False, sort=True) if requests else []:
+    for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True) if requests else []:
         group = dict(zip(FORECAST_GROUP, key, strict=True))
         singles = group_of(single, key)
         if singles.empty:
@@ -161,17 +168,17 @@ def requested(
         for request in requests:
             if any(request[k] is not None and group[k] not in request[k] for k in ("dataset", "model")):
                 continue
-            row = {**group, **{k: request[k] for k in ("mode", "backend")}, "source": "predict"}
+            row = {**group, **{k: request.get(k) for k in ("mode", "shard", "backend")}, "source": "predict"}
             row.update(devices=request["gpus"], global_batch=request["batch"])
             try:  # no DDP setting over the request's backend: say so
                 if model is None:
                     raise LookupError(unfit)
                 made = model.forecast(
+                    strategy_of(request["mode"], request.get("shard")),
                     request["backend"],
                     group["env_device"],
                     request["gpus"],
                     request["batch"],
-                    own["grad_bytes"].median(),
                 )
             except LookupError as error:
                 rows.append({**row, "how": "not forecast", "basis": str(error)})

@@ -9,24 +9,26 @@ from typing import Any
 
 from dpstudy.util.errors import ConfigError
 
-GRID_KEYS = ("mode", "gpus", "nodes", "batch", "backend")
+GRID_KEYS = ("mode", "shard", "gpus", "nodes", "batch", "backend")
 FILTER_KEYS = ("dataset", "model")
-FORECAST_MODES = ("ddp",)  # what dpstudy.analysis.forecast models
+FORECAST_MODES = ("ddp", "fsdp")  # what dpstudy.analysis.forecast models
+DEFAULTS = {"mode": ["ddp"], "shard": ["full"], "nodes": [1]}
 
 
 def requests(study: dict[str, Any]) -> list[dict[str, Any]]:
-    """One request per combination of every `predict:` item's lists (mode, gpus, nodes, batch,
-    backend), with the item's dataset and model filters (None: every workload); ConfigError names
-    the item and key of a setting that cannot be forecast."""
+    """One request per combination of every `predict:` item's lists (mode, shard, gpus, nodes,
+    batch, backend), with the item's dataset and model filters (None: every workload); a DDP
+    request's shard is "none" (shard is FSDP's); ConfigError names the item and key of a setting
+    that cannot be forecast."""
     out = []
     for index, item in enumerate(study.get("predict", []), start=1):
         where = f"predict #{index}: "
-        grid = {k: item.get(k, {"mode": ["ddp"], "nodes": [1]}.get(k)) for k in GRID_KEYS}
+        grid = {k: item.get(k, DEFAULTS.get(k)) for k in GRID_KEYS}
         for mode in grid["mode"]:
             if mode not in FORECAST_MODES:
                 raise ConfigError(
                     f"{where}mode {mode!r} cannot be forecast: the model forecasts "
-                    f"{', '.join(FORECAST_MODES)} (single, dp and fsdp are measured, not forecast)"
+                    f"{', '.join(FORECAST_MODES)} (single and dp are measured, not forecast)"
                 )
         for nodes in grid["nodes"]:
             if nodes != 1:
@@ -35,5 +37,14 @@ def requests(study: dict[str, Any]) -> list[dict[str, Any]]:
             if batch % gpus:
                 raise ConfigError(f"{where}batch {batch} is not divisible by gpus {gpus} (batch is the global batch)")
         filters = {k: item.get(k) for k in FILTER_KEYS}
-        out += [{**dict(zip(GRID_KEYS, combo, strict=True)), **filters} for combo in itertools.product(*grid.values())]
+        if "shard" in item and "fsdp" not in grid["mode"]:
+            raise ConfigError(f"{where}shard is FSDP's: the item forecasts mode {', '.join(grid['mode'])}")
+        combos = (dict(zip(GRID_KEYS, combo, strict=True)) for combo in itertools.product(*grid.values()))
+        seen = []
+        for combo in combos:
+            fsdp = combo["mode"] == "fsdp"
+            combo["shard"] = ("full" if combo["shard"] == "none" else combo["shard"]) if fsdp else "none"
+            if combo not in seen:  # a DDP request once, whatever FSDP's shards
+                seen.append(combo)
+        out += [{**combo, **filters} for combo in seen]
     return out

@@ -1,5 +1,5 @@
 """What would N give: speedup and memory per device against device count per workload, the measured
-DDP settings (speedup with its 95 % interval) beside the forecasts (the predictions table) with
+DDP and FSDP settings (speedup with its 95 % interval) beside the forecasts (the predictions table) with
 their prediction intervals; forecasts hollow on a dashed line, extrapolated ones with dotted bars;
 the leave-one-out forecasts of measured settings as crosses beside them, so the model's error on
 this study is seen where it was checked."""
@@ -37,6 +37,8 @@ def points(tables: Tables) -> pd.DataFrame:
         return pd.DataFrame(
             columns=["workload", "variant", "global_batch", "devices", "speedup", "low", "high", "kind"]
         )
+    # one node (the model forecasts no other); a table from before FSDP was forecast has no shard
+    table = labelled(table.assign(nodes=1, shard=table.get("shard", "none")).fillna({"shard": "none"}))
     ratio = table["predicted_speedup"] / table["predicted_samples_per_s"]
     kind = np.where(
         table["source"] == "leave-one-out",
@@ -45,8 +47,8 @@ def points(tables: Tables) -> pd.DataFrame:
     )
     made = pd.DataFrame(
         {
-            "workload": table["dataset"] + "/" + table["model"],
-            "variant": table["mode"] + "/" + table["backend"],
+            "workload": table["workload"],
+            "variant": table["variant"],
             "global_batch": table["global_batch"].astype(int),
             "devices": table["devices"].astype(int),
             "speedup": table["predicted_speedup"],
@@ -60,7 +62,7 @@ def points(tables: Tables) -> pd.DataFrame:
     )
     settings = settings_of(tables)
     settings = settings.assign(memory=setting_memory(settings, tables.get("memory_split")))
-    ddp = settings[(settings["mode"] == "ddp") & settings["workload"].isin(made["workload"])]
+    ddp = settings[settings["mode"].isin(["ddp", "fsdp"]) & settings["workload"].isin(made["workload"])]
     measured = pd.DataFrame(
         {
             "workload": ddp["workload"],

@@ -1,5 +1,6 @@
 """What would N give? The forecast model (dpstudy.analysis.forecast) checked on this study: every
-measured DDP setting forecast from the others, beside what it measured (the predictions table)."""
+measured DDP and FSDP setting forecast from the others, beside what it measured (the predictions
+table)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,24 @@ from dpstudy.report.findings.phrases import Tables, listed, not_measured, percen
 from dpstudy.report.text import significant
 
 INTRO = (
-    "Each DDP setting below was forecast from the study's other settings of its workload, its own "
-    "cells never read (leave-one-out): a single device's step at the per-device batch (a line "
-    "through the measured batches), slowed by how much n ranks sharing this host slow one rank "
-    "(from the other DDP settings at n), plus the all-reduce backward did not hide, priced by the "
-    "latency + size / bandwidth fit of comm_bench's sweep. Memory per device is the fullest device's "
-    "step peak by PyTorch's tracker, a line in the per-device batch through the single-device "
-    "settings plus what DDP holds beyond them, not what an allocator reserves beside it. The 95 % "
-    "interval is the model's own "
-    "leave-one-out error on this study (at least the settings' noise), wider where it extrapolates."
+    "Each DDP or FSDP setting below was forecast from the study's other settings of its workload, "
+    "its own cells never read (leave-one-out): a single device's step at the per-device batch (a "
+    "line through the measured batches), slowed by how much n ranks sharing this host slow one rank "
+    "(from the other settings of its kind at n, or DDP's where none of its kind ran), plus the "
+    "communication backward did not hide: DDP's all-reduce of each bucket, FSDP's all-gather and "
+    "reduce-scatter of each unit, each priced by the latency + size / bandwidth fit of comm_bench's "
+    "sweep. Memory per device is the fullest device's step peak by PyTorch's tracker, a line in the "
+    "per-device batch through the single-device settings (the model's state divided by n under "
+    "FSDP) plus what the strategy holds beyond them, not what an allocator reserves beside it. The "
+    "95 % interval is the model's own leave-one-out error on this study (at least the settings' "
+    "noise), wider where it extrapolates."
 )
 
 
 def head(r) -> str:
     """ "- synthetic/lenet, DDP (gloo) on 8 devices at batch 256" """
-    name = f"{setup_name(r['mode'], r['backend'], int(r['devices']))} at batch {int(r['global_batch'])}"
+    shard = r.get("shard") if isinstance(r.get("shard"), str) else "full"
+    name = f"{setup_name(r['mode'], r['backend'], int(r['devices']), 1, shard)} at batch {int(r['global_batch'])}"
     return f"- {workload(r)}, {name}"
 
 

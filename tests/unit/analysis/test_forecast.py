@@ -119,20 +119,20 @@ def test_leave_one_out_never_reads_the_held_out_setting():
     without = [r for r in records() if not (r["spec"]["mode"] == "ddp" and r["spec"]["batch"] == 128)]
     single, ddp = predictions.calibration_inputs(*tables(without))
     model = forecast.Workload(single, ddp, FITS)
-    alone = model.forecast("gloo", "cpu", 2, 128, GRAD_BYTES)["predicted_samples_per_s"]
+    alone = model.forecast("ddp", "gloo", "cpu", 2, 128)["predicted_samples_per_s"]
     assert alone == pytest.approx(before.loc[128, "predicted_samples_per_s"])
 
 
 def test_more_ranks_than_measured_extrapolate_the_share_and_the_ring_and_widen_the_interval():
     single, ddp = predictions.calibration_inputs(*tables(records()))
     model = forecast.Workload(single, ddp, FITS)
-    four = model.forecast("gloo", "cpu", 4, 256, GRAD_BYTES)
+    four = model.forecast("ddp", "gloo", "cpu", 4, 256)
     # share grows linearly from 1 at one rank through 2 ranks' 1.3; the ring all-reduce over 4
     share = 1 + (SHARE - 1) * 3
     ring = LATENCY_S * 3 + GRAD_BYTES * 2 * 3 / 4 / (GBPS * 1e9)
     assert 256 / four["predicted_samples_per_s"] == pytest.approx(t1(64) * share + HIDDEN * ring, rel=0.01)
     assert four["how"] == "extrapolated" and "4 ranks extrapolated from 2" in four["basis"]
-    two = model.forecast("gloo", "cpu", 2, 256, GRAD_BYTES)
+    two = model.forecast("ddp", "gloo", "cpu", 2, 256)
     assert two["how"] == "interpolated" and two["distance"] == 0 and four["distance"] == 1
     low2, high2 = forecast.interval(1.0, 0.03, two["distance"])
     low4, high4 = forecast.interval(1.0, 0.03, four["distance"])
@@ -143,9 +143,9 @@ def test_a_workload_no_ddp_setting_calibrates_is_an_error_naming_it():
     single, ddp = predictions.calibration_inputs(*tables(records()))
     model = forecast.Workload(single, ddp, FITS)
     with pytest.raises(LookupError, match="no measured DDP setting over nccl"):
-        model.forecast("nccl", "cuda", 2, 256, GRAD_BYTES)
+        model.forecast("ddp", "nccl", "cuda", 2, 256)
     with pytest.raises(LookupError, match="no all_reduce fit for gloo on cuda"):
-        model.forecast("gloo", "cuda", 2, 256, GRAD_BYTES)
+        model.forecast("ddp", "gloo", "cuda", 2, 256)
 
 
 def test_requested_forecasts_use_every_setting_and_say_which_they_cannot_make():
@@ -207,3 +207,116 @@ def test_without_measured_memory_a_forecast_has_none():
     table = predictions.predictions(settings, cells, FITS, [], None)
     assert len(table) == 4 and table["predicted_memory_mb"].isna().all()
     assert table["predicted_memory_low"].isna().all() and table["memory_error"].isna().all()
+
+
+# --- FSDP: the same law with its own collectives, per unit -----------------------------------------
+UNITS, GATHER_LATENCY_S, SCATTER_LATENCY_S = 4, 80e-6, 60e-6  # LeNet's units; the two fits' latencies
+SHARE_FSDP, HIDDEN_FSDP = 1.4, 0.7
+
+
+def fit_row(collective: str, latency_s: float) -> dict:
+    return {**FITS.iloc[0].to_dict(), "collective": collective, "latency_s": latency_s}
+
+
+ALL_FITS = pd.DataFrame(
+    [FITS.iloc[0].to_dict(), fit_row("all_gather", GATHER_LATENCY_S), fit_row("reduce_scatter", SCATTER_LATENCY_S)]
+)
+
+
+def fsdp_comm(shard: str, n: int = 2) -> float:
+    """FSDP's collectives per step at 2 ranks by the fits: UNITS messages each."""
+    gather = UNITS * GATHER_LATENCY_S + GRAD_BYTES / (GBPS * 1e9)
+    scatter = UNITS * SCATTER_LATENCY_S + GRAD_BYTES / (GBPS * 1e9)
+    return (2 if shard == "full" else 1) * gather + scatter
+
+
+def fsdp_records(shard: str, batches=(64, 128, 256)) -> list[dict]:
+    out = []
+    for batch in batches:
+        exposed = HIDDEN_FSDP * fsdp_comm(shard)
+        step = t1(batch / 2) * SHARE_FSDP + exposed
+        probe = {
+            "sync_step_s": 0.01 + exposed,
+            "nosync_step_s": 0.01,
+            "grad_bytes": GRAD_BYTES,
+            "gather_bytes": GRAD_BYTES,
+            "units": UNITS,
+        }
+        for k, wobble in enumerate((0.99, 1.01)):
+            out.append(
+                make_record(
+                    samples_per_s=batch / step * wobble,
+                    mode="fsdp",
+                    shard=shard,
+                    gpus=2,
+                    backend="gloo",
+                    batch=batch,
+                    probe=probe,
+                    memory=[(PARAMS_MB / 2, PARAMS_MB / 2, PARAMS_MB, ACT_MB_PER_SAMPLE * batch / 2 + 0.5)] * 2,
+                    repeat=k,
+                    suffix=f"-shard{shard}-r{k}",
+                )
+            )
+    return out
+
+
+def with_units(recs: list[dict]) -> list[dict]:
+    """The DDP records' probes with the layout a current probe records (1 bucket, UNITS units)."""
+    return [{**r, "probe": {**r["probe"], "buckets": 1, "units": UNITS}} if r["probe"] else r for r in recs]
+
+
+def test_a_held_out_fsdp_setting_is_recovered_from_its_kind_and_priced_per_unit():
+    recs = with_units(records()) + fsdp_records("full") + fsdp_records("grad_op")
+    settings, cells = tables(recs)
+    table = predictions.leave_one_out(settings, cells, ALL_FITS, memory.measured_rows([(None, r) for r in recs]))
+    fsdp = table[table["mode"] == "fsdp"]
+    assert sorted(zip(fsdp["shard"], fsdp["global_batch"])) == [
+        (s, b) for s in ("full", "grad_op") for b in (64, 128, 256)
+    ]
+    assert fsdp["error"].abs().max() < 0.002, fsdp[["shard", "global_batch", "error"]]
+    row = fsdp.set_index(["shard", "global_batch"]).loc[("grad_op", 128)]
+    assert row["basis"] == "3 single-device batch(es); 2 FSDP grad_op setting(s) at n=2"
+    # full moves one all-gather more per step than grad_op: the forecasts differ by it
+    full = fsdp.set_index(["shard", "global_batch"]).loc[("full", 128)]
+    gather = UNITS * GATHER_LATENCY_S + GRAD_BYTES / (GBPS * 1e9)
+    step = 128 / full["predicted_samples_per_s"] - 128 / row["predicted_samples_per_s"]
+    assert step == pytest.approx(HIDDEN_FSDP * gather, rel=0.02)
+    # memory: the single-device state split over 2 ranks, the activations of 64, FSDP's own 0.5 MB
+    assert full["predicted_memory_mb"] == pytest.approx(4 * PARAMS_MB / 2 + ACT_MB_PER_SAMPLE * 64 + 0.5, rel=0.01)
+
+
+def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_overlap():
+    settings, cells = tables(with_units(records()))
+    single, multi = predictions.calibration_inputs(settings, cells)
+    model = forecast.Workload(single, multi, ALL_FITS)
+    made = model.forecast("fsdp grad_op", "gloo", "cpu", 2, 128)
+    assert 128 / made["predicted_samples_per_s"] == pytest.approx(
+        t1(64) * SHARE + HIDDEN * fsdp_comm("grad_op"), rel=0.01
+    )
+    assert made["how"] == "extrapolated"
+    assert "no fsdp grad_op setting ran: DDP's host share and overlap" in made["basis"]
+    # priced per unit: 4 units cost 3 more latencies per collective than one message would
+    one_unit = forecast.Workload(single, multi.assign(units=1), ALL_FITS)
+    one_unit = one_unit.forecast("fsdp grad_op", "gloo", "cpu", 2, 128)
+    slower = 128 / made["predicted_samples_per_s"] - 128 / one_unit["predicted_samples_per_s"]
+    assert slower == pytest.approx(HIDDEN * 3 * (GATHER_LATENCY_S + SCATTER_LATENCY_S), rel=0.01)
+    with pytest.raises(LookupError, match="no measured FSDP full or DDP setting over nccl"):
+        model.forecast("fsdp full", "nccl", "cpu", 2, 128)
+    with pytest.raises(LookupError, match="dp is not forecast"):
+        model.forecast("dp", "gloo", "cpu", 2, 128)
+
+
+def test_ddp_buckets_are_priced_each_with_its_latency():
+    settings, cells = tables(records())
+    single, multi = predictions.calibration_inputs(settings, cells)
+    one = forecast.Workload(single, multi, FITS).forecast("ddp", "gloo", "cpu", 4, 256)
+    three = forecast.Workload(single, multi.assign(buckets=3), FITS)
+    # calibrated on the same steps, three buckets price the all-reduce higher, so less of it is
+    # exposed (hidden) at 2 ranks; at 4 ranks the ring's latency counts three times
+    assert three.layout["buckets"] == 3 and three.calibrated[("ddp", "gloo", 2)]["hidden"] < HIDDEN
+    ring3 = 3 * LATENCY_S * 3 + GRAD_BYTES * 2 * 3 / 4 / (GBPS * 1e9)
+    hidden3 = HIDDEN * ALLREDUCE_S / (3 * LATENCY_S + GRAD_BYTES / (GBPS * 1e9))
+    made = three.forecast("ddp", "gloo", "cpu", 4, 256)
+    step = t1(64) * (1 + (SHARE - 1) * 3) + hidden3 * ring3
+    assert 256 / made["predicted_samples_per_s"] == pytest.approx(step, rel=0.01)
+    assert made["predicted_samples_per_s"] != pytest.approx(one["predicted_samples_per_s"], rel=1e-3)

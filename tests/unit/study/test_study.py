@@ -184,8 +184,12 @@ def test_ddps_knobs_reach_only_ddp_cells_and_name_them_where_the_sweep_sets_them
         (lambda c: c.update(bench={"floor": "yes"}), "bench.floor: 'yes' is not of type 'boolean'"),
         # the predict: block, checked before any job (dpstudy.study.predict)
         (
-            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "mode": ["fsdp"]}]),
-            r"predict #1: mode 'fsdp' cannot be forecast: the model forecasts ddp",
+            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "mode": ["dp"]}]),
+            r"predict #1: mode 'dp' cannot be forecast: the model forecasts ddp, fsdp",
+        ),
+        (
+            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "shard": ["grad_op"]}]),
+            r"predict #1: shard is FSDP's: the item forecasts mode ddp",
         ),
         (
             lambda c: c.update(
@@ -358,6 +362,12 @@ def test_a_predict_block_is_every_combination_of_its_lists():
     assert all(
         r["mode"] == "ddp" and r["nodes"] == 1 and r["model"] == ["lenet"] and r["dataset"] is None for r in asked
     )
+    assert {r["shard"] for r in asked} == {"none"}
+    # FSDP in both shardings beside DDP, which is asked once whatever the shards
+    config["predict"] = [{"gpus": [4], "batch": [256], "backend": ["gloo"], "mode": ["ddp", "fsdp"]}]
+    config["predict"][0]["shard"] = ["full", "grad_op"]
+    asked = predict.requests(studies.load(config))
+    assert [(r["mode"], r["shard"]) for r in asked] == [("ddp", "none"), ("fsdp", "full"), ("fsdp", "grad_op")]
 
 
 def test_the_resolved_study_is_written_from_a_json_configfile_too(tmp_path):
