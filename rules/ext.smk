@@ -9,6 +9,8 @@ rule build_ext:
         outputs.EXT_BUILD,
     log:
         f"{outputs.LOGS_DIR}/build_ext.log",
+    # beside the memory plan, before the timed cells (common.smk)
+    priority: BEFORE_CELLS
     conda:
         "../envs/train.yaml"
     params:

@@ -73,7 +73,7 @@ rule memory_plan:
     log:
         f"{outputs.LOGS_DIR}/memory_plan.log",
     # first among the jobs ready at the start, so that its table usually precedes training
-    priority: 100
+    priority: BEFORE_CELLS
     conda:
         "../envs/train.yaml"
     params:
