@@ -31,7 +31,7 @@ from helpers.slurm_cluster import SlurmCluster, unavailable
 from helpers.workflow import copy_checkout, dry_run, snakemake, start_snakemake, wait_for_text
 
 from dpstudy.record import fields as record
-from dpstudy.record.fields import IN_CELL_RATES
+from dpstudy.record.fields import IN_CELL_RATES, PROBE_FIELDS
 from dpstudy.study import outputs
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -293,8 +293,9 @@ def comparable(rec: dict) -> dict:
             epoch.pop(key, None)
     for key in ("median_epoch_s", "samples_per_s", "startup_s", "total_s"):
         rec["summary"].pop(key)
-    for key in ("sync_step_s", "nosync_step_s", "allreduce_s", "scatter_s", "replicate_s", "gather_s"):
-        (rec.get("probe") or {}).pop(key, None)
+    for key in PROBE_FIELDS:  # its times (every field but the counts and sizes, in seconds)
+        if key.endswith("_s"):
+            (rec.get("probe") or {}).pop(key, None)
     for key in ("hostname", "job", "cpu", "cpu_count"):
         rec["env"].pop(key, None)
     rec["env"]["ranks"] = [(r["rank"], r["local_rank"]) for r in rec["env"]["ranks"]]

@@ -146,18 +146,21 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
     measured = predictions["measured_samples_per_s"]
     assert predictions["error"].to_numpy() == pytest.approx(predictions["predicted_samples_per_s"] / measured - 1)
     print("leave-one-out errors:", predictions["error"].round(3).to_dict())
-    # and config.yaml's predict: DDP at 4 and 8 devices, batch 256, not run: Gloo extrapolated from 2
-    # ranks, NCCL not forecast (no NCCL cell ran here)
-    asked = table[table["source"] == "predict"].set_index(["backend", "devices"])
-    assert sorted(asked.index) == [("gloo", 4), ("gloo", 8), ("nccl", 4), ("nccl", 8)]
-    assert (asked.loc["gloo", "how"] == "extrapolated").all() and (asked.loc["gloo", "predicted_speedup"] > 0).all()
-    assert (
-        "; 8 ranks extrapolated from 2; per-device batch 32 outside the measured 64-256"
-        in asked.loc[("gloo", 8), "basis"]
-    )
-    assert (asked.loc["nccl", "how"] == "not forecast").all() and asked.loc[
-        "nccl", "predicted_samples_per_s"
-    ].isna().all()
+    # and config.yaml's predict: DDP and FSDP at 4 and 8 devices, batch 256, not run: Gloo
+    # extrapolated from 2 ranks (FSDP with DDP's overlap: none of it ran), NCCL not forecast (no
+    # NCCL cell ran here)
+    asked = table[table["source"] == "predict"].set_index(["backend", "mode", "devices"])
+    assert sorted(asked.index) == [(b, m, n) for b in ("gloo", "nccl") for m in ("ddp", "fsdp") for n in (4, 8)]
+    gloo = asked.loc["gloo"]
+    assert (gloo["how"] == "extrapolated").all() and (gloo["predicted_speedup"] > 0).all()
+    ddp8 = gloo.loc[("ddp", 8), "basis"]
+    assert "; 8 ranks extrapolated from 2; per-device batch 32 outside the measured 64-256" in ddp8
+    assert "no fsdp full setting ran: DDP's host share and overlap" in gloo.loc[("fsdp", 8), "basis"]
+    assert (gloo.xs("fsdp")["shard"] == "full").all() and (gloo.xs("ddp")["shard"] == "none").all()
+    # FSDP's collectives cost more than DDP's all-reduce: on the same calibration, slower
+    assert (gloo.xs("fsdp")["predicted_samples_per_s"] < gloo.xs("ddp")["predicted_samples_per_s"]).all()
+    nccl = asked.loc["nccl"]
+    assert (nccl["how"] == "not forecast").all() and nccl["predicted_samples_per_s"].isna().all()
     skipped = df[df.reason.notna()]
     assert skipped.median_s.isna().all() and skipped.busbw_gbps.isna().all()
     if torch.cuda.device_count() < 2:
