@@ -12,6 +12,8 @@ rule prepare_data:
         f"{DATA_ROOT}/{{dataset}}/meta.json",
     log:
         f"{DATA_ROOT}/{{dataset}}/prepare.log",
+    # every cell waits for its data: first, beside the memory plan and the build (common.smk)
+    priority: BEFORE_CELLS
     conda:
         "../envs/train.yaml"
     params:

@@ -14,7 +14,18 @@ from typing import Any
 
 import pandas as pd
 
-from dpstudy.analysis import comm_fit, comparisons, memory, pivots, predictions, scaling, stats, strategies, summary
+from dpstudy.analysis import (
+    comm_fit,
+    comparisons,
+    memory,
+    pivots,
+    predictions,
+    scaling,
+    stats,
+    strategies,
+    strategy_forecasts,
+    summary,
+)
 from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.records import read_records
 from dpstudy.analysis.tables import FactoryHash, cells_table, epochs_table, ranks_table, util_table
@@ -58,12 +69,13 @@ def summarise(
     "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
     table or None) and "scaling_settings" (the model per setting); "comparisons" (settings against
     settings, dpstudy.analysis.comparisons); "strategies" (each workload's strategies ranked,
-    dpstudy.analysis.strategies); "summary", "data_wait", "memory" and "util_means"
-    (dpstudy.analysis.summary); "memory_accuracy" and "memory_spread" (dpstudy.analysis.memory);
+    dpstudy.analysis.strategies, with the forecast ones beside them, strategy_forecasts);
+    "summary", "data_wait", "memory" and "util_means" (dpstudy.analysis.summary);
+    "memory_accuracy" and "memory_spread" (dpstudy.analysis.memory);
     "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots); "floor", the machine's
     floor runs (`floor`, dpstudy.analysis.floor.floor_table; None: the study measured none);
     "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit);
-    "predictions", every measured DDP setting forecast from the others and the forecasts `requests`
+    "predictions", every measured DDP and FSDP setting forecast from the others and the forecasts `requests`
     asks for (dpstudy.study.predict.requests; dpstudy.analysis.predictions)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
@@ -71,13 +83,15 @@ def summarise(
     model_by_setting = scaling.settings_model(model, settings)
     floor = machine_floor.floor_table([]) if floor is None else floor
     fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
+    forecasts = predictions.predictions(settings, cells, fits, requests or [], tables["memory_split"])
+    ranked = strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"])
     return {
         **tables,
         "settings": settings,
         "scaling": model,
         "scaling_settings": model_by_setting,
         "comparisons": comparisons.comparisons_table(settings, cells),
-        "strategies": strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"]),
+        "strategies": strategy_forecasts.with_forecasts(ranked, forecasts),
         "summary": summary.summary_table(cells, settings, floor),
         "data_wait": summary.wait_table(cells, epochs),
         "memory": summary.memory_table(cells),
@@ -87,5 +101,5 @@ def summarise(
         **pivots.overview_tables(settings),
         "floor": floor,
         "comm_fit": fits,
-        "predictions": predictions.predictions(settings, cells, fits, requests or [], tables["memory_split"]),
+        "predictions": forecasts,
     }

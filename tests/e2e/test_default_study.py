@@ -159,6 +159,14 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
     assert (gloo.xs("fsdp")["shard"] == "full").all() and (gloo.xs("ddp")["shard"] == "none").all()
     # FSDP's collectives cost more than DDP's all-reduce: on the same calibration, slower
     assert (gloo.xs("fsdp")["predicted_samples_per_s"] < gloo.xs("ddp")["predicted_samples_per_s"]).all()
+    # ranked beside what ran in the strategies table (at batch 256) and the report, never as its fastest
+    ranked = pd.read_csv(default_study.workdir / "results/tables/strategies.csv")
+    beside = ranked[ranked["forecast"]]
+    assert sorted(zip(beside["mode"], beside["devices"])) == [("ddp", 4), ("ddp", 8), ("fsdp", 4), ("fsdp", 8)]
+    assert (beside["global_batch"] == 256).all() and beside["rank"].isna().all() and not beside["fastest"].any()
+    assert sorted(ranked[ranked["global_batch"] == 256]["rank_with_forecasts"].dropna()) == [1, 2, 3, 4, 5, 6, 7]
+    html = (default_study.workdir / "results/report/report.html").read_text()
+    assert html.count("forecast, not run: ") == 4 and html.count(" of 7 (") == 4  # 3 that ran, 4 forecast
     nccl = asked.loc["nccl"]
     assert (nccl["how"] == "not forecast").all() and nccl["predicted_samples_per_s"].isna().all()
     skipped = df[df.reason.notna()]

@@ -110,6 +110,14 @@ def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
     return markdown_table(table, escape=False)
 
 
+def forecast_note(row, strategies: int, keys) -> str:
+    """ "- forecast, not run: FSDP full (gloo) on 8 devices: 1,230 samples/s (95 % ...), would rank 4
+    of 5 (from ...)", `strategies` the workload's ranked ones, measured or forecast"""
+    throughput = stats.interval_text(stats.value(row, "samples_per_s"), significant, " samples/s")
+    place = f"would rank {whole(row['rank_with_forecasts'])} of {strategies}"
+    return f"- forecast, not run: {strategy_label(row, keys)}: {throughput}, {place} ({text(row['reason'])})"
+
+
 def strategies(tables: Tables) -> str:
     """Per workload: the fastest strategy that fits with its interval and its lead over the next,
     the ranking as a table, the strategies that did not run and why, and the model's reason (the
@@ -138,8 +146,9 @@ def strategies(tables: Tables) -> str:
             )
             + f"; {lead_text(best, runner_up, keys)}."
         )
+        forecast = every["forecast"].astype(bool) if "forecast" in every else pd.Series(False, index=every.index)
         unfit = every[every["fits"].eq(False)]
-        other = every[every["rank"].isna() & ~every["fits"].eq(False)]
+        other = every[every["rank"].isna() & ~every["fits"].eq(False) & ~forecast]
         notes = [f"- does not fit: {strategy_label(r, keys)}: {text(r['reason'])}" for _, r in unfit.iterrows()] + [
             f"- did not run: {strategy_label(r, keys)}: {text(r['status'])}, {text(r['reason'])}"
             for _, r in other.iterrows()
@@ -148,6 +157,8 @@ def strategies(tables: Tables) -> str:
             f"- did not learn, so no candidate however fast: {strategy_label(r, keys)} (see Cells that did not learn)"
             for _, r in rows[rows["learned"].eq(False)].iterrows()
         ]
+        placed = int(every["rank_with_forecasts"].notna().sum()) if "rank_with_forecasts" in every else 0
+        notes += [forecast_note(r, placed, keys) for _, r in every[forecast].iterrows()]
         sections.append(
             "\n\n".join(
                 [

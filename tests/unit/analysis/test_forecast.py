@@ -320,3 +320,38 @@ def test_ddp_buckets_are_priced_each_with_its_latency():
     step = t1(64) * (1 + (SHARE - 1) * 3) + hidden3 * ring3
     assert 256 / made["predicted_samples_per_s"] == pytest.approx(step, rel=0.01)
     assert made["predicted_samples_per_s"] != pytest.approx(one["predicted_samples_per_s"], rel=1e-3)
+
+
+def test_the_strategies_table_ranks_a_requested_forecast_beside_what_ran():
+    from dpstudy.analysis import strategies, strategy_forecasts
+
+    recs = with_units(records())
+    settings, cells = tables(recs)
+    split = memory.split_table(memory.measured_rows([(None, r) for r in recs]), None, cells)
+    requests = [
+        {"mode": m, "shard": s, "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None}
+        for m, s in (("ddp", "none"), ("fsdp", "full"))
+    ]
+    made = predictions.predictions(settings, cells, ALL_FITS, requests, split)
+    ranked = strategies.strategies_table(cells, settings, pd.DataFrame(), split)
+    table = strategy_forecasts.with_forecasts(ranked, made)
+    assert len(table) == len(ranked) + 2 and table["forecast"].sum() == 2
+    measured = table[~table["forecast"]].reset_index(drop=True)
+    pd.testing.assert_frame_equal(measured.drop(columns=["forecast", "rank_with_forecasts"]), ranked, check_dtype=False)
+    # both join the workload of global batch 256 (one device and DDP on 2 ran it), after its rows
+    workload = table[table["global_batch"] == 256]
+    assert list(workload["forecast"]) == [False, False, True, True]
+    ddp4 = workload[workload["forecast"] & (workload["mode"] == "ddp")].iloc[0]
+    asked = made[(made["source"] == "predict") & (made["mode"] == "ddp")].iloc[0]
+    assert ddp4["samples_per_s"] == asked["predicted_samples_per_s"] and ddp4["status"] == "forecast"
+    assert ddp4["gpus"] == ddp4["devices"] == 4 and ddp4["reason"] == asked["basis"]
+    assert pd.isna(ddp4["rank"]) and not ddp4["fastest"] and ddp4["vs_one_device"] == asked["predicted_speedup"]
+    # ranked with the measured ones by throughput: DDP on 4 beats DDP on 2 (the law's share grows
+    # slower than the devices), which beats one device; FSDP's 3 x 4 messages cost it the lead
+    order = workload.sort_values("rank_with_forecasts")
+    assert [(r["mode"], r["devices"]) for _, r in order.iterrows()][0] == ("ddp", 4)
+    fsdp4 = workload[workload["mode"] == "fsdp"].iloc[0]
+    assert fsdp4["shard"] == "full" and fsdp4["samples_per_s"] < ddp4["samples_per_s"]
+    assert sorted(workload["rank_with_forecasts"]) == [1, 2, 3, 4]
+    # the measured ranks are untouched: 1 and 2 among what ran
+    assert sorted(workload["rank"].dropna()) == [1, 2] and workload["fastest"].sum() == 1
