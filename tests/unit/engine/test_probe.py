@@ -52,3 +52,62 @@ def test_the_two_steps_take_turns_and_the_exposed_time_is_the_median_round_of_th
     assert turns["exposed_s"] == pytest.approx(0.003)
     assert turns["exposed_spread_s"] == pytest.approx(0.002)  # inclusive quartiles 0.00275, 0.00475
     assert turns["rounds"] == probe.ROUNDS == 4
+
+
+class Batches:
+    """A loader of `count` batches of `size` samples of 4 features, 3 classes."""
+
+    def __init__(self, size: int, count: int = 4):
+        self.size, self.count = size, count
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def __iter__(self):
+        import torch
+
+        for _ in range(self.count):
+            yield torch.randn(self.size, 4), torch.randint(0, 3, (self.size,))
+
+
+def one_device_trainer(size: int, compiled: bool = False):
+    import contextlib
+
+    import torch.nn as nn
+
+    calls = []
+
+    class Counted(nn.Linear):
+        def forward(self, x):
+            calls.append(len(x))
+            return super().forward(x)
+
+    par = SimpleNamespace(all_gather_floats=lambda mine: list(mine), synchronize=lambda: None)
+    model = Counted(4, 3)
+    trainer = SimpleNamespace(
+        compiled=compiled,
+        model=model,
+        autocast=contextlib.nullcontext,
+        train_data=Batches(size),
+        par=par,
+        spec={"epochs": 1},
+    )
+    return trainer, calls
+
+
+def test_one_device_times_its_step_at_its_batch_half_and_a_quarter_leaving_no_gradient():
+    trainer, calls = one_device_trainer(size=12)
+    points = probe.batch_points(trainer, steps=3)
+    assert set(points) == {"steps", "batch_step_s", "half_batch_step_s", "quarter_batch_step_s"}
+    assert points["steps"] == 3 and all(points[k] > 0 for k in points if k != "steps")
+    # a warm-up of each shape, then 3 timed steps at 12, 6 and 3 samples
+    assert calls == [12, 12, 6, 3] + [12] * 3 + [6] * 3 + [3] * 3
+    assert all(p.grad is None for p in trainer.model.parameters())
+
+
+def test_a_fraction_under_two_samples_is_left_out_and_a_compiled_model_is_not_probed():
+    trainer, calls = one_device_trainer(size=6)  # a quarter would be 1 sample: BatchNorm fails on it
+    assert set(probe.batch_points(trainer, steps=2)) == {"steps", "batch_step_s", "half_batch_step_s"}
+    assert min(calls) == 3
+    compiled, calls = one_device_trainer(size=12, compiled=True)
+    assert probe.batch_points(compiled, steps=2) is None and calls == []
