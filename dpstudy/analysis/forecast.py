@@ -4,8 +4,7 @@ Per workload (every setting key but the strategy's and the batch: FORECAST_GROUP
 own settings table, cells' probes and the collectives' fits (dpstudy.analysis.comm_fit):
 
   t1(b)       a single-device step at batch b: b / its measured throughput; elsewhere the line
-              a + c b through the measured batches and the points the single-device probes
-              timed at half and a quarter of theirs (probe_points; least squares; one batch: c b)
+              a + c b through the measured batches (least squares; one batch: c b)
   comm(n)     the strategy's collectives per step, each message priced by its fit at n ranks
               (latency + bytes / bandwidth): DDP all-reduces the gradient in `buckets`; FSDP
               all-gathers each of its `units` (twice when shard is full: for forward and again
@@ -46,7 +45,6 @@ from dpstudy.analysis.keys import SETTING_KEYS
 from dpstudy.analysis.linefit import line_fit
 from dpstudy.analysis.memory_forecast import MemoryLine
 from dpstudy.analysis.strategies import STRATEGY_KEYS
-from dpstudy.record.fields import BATCH_POINTS
 
 BATCH_KEYS = ("batch", "global_batch", "devices")
 FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *BATCH_KEYS))
@@ -112,35 +110,14 @@ def layout_of(multi: pd.DataFrame) -> dict[str, float]:
     return {"grad_bytes": grad, "buckets": count("buckets"), "units": count("units"), "gather_bytes": gather.median()}
 
 
-def probe_points(single: pd.DataFrame, measured: dict[float, float]) -> dict[float, float]:
-    """{batch: seconds per step} at the fractions of each single-device setting's batch its probe
-    timed (BATCH_POINTS), where no setting ran: the setting's step minus its probed forward and
-    backward (what does not grow with the batch: the optimizer, the loader, the fixed costs) plus
-    the probed forward and backward at the fraction; the median where settings give one batch."""
-    found: dict[float, list[float]] = {}
-    for _, row in single.iterrows():
-        full = row.get("batch_step_s", math.nan)
-        if pd.isna(full):
-            continue
-        b = float(row["global_batch"])
-        fixed = measured[b] - full
-        for column, divisor in BATCH_POINTS.items():
-            value = row.get(column, math.nan)
-            if divisor > 1 and pd.notna(value) and b / divisor not in measured:
-                found.setdefault(b / divisor, []).append(fixed + value)
-    return {b: float(np.median(times)) for b, times in found.items()}
-
-
 class Workload:
     """The calibrated model of one workload (one FORECAST_GROUP value): `single` its single-device
     settings, `multi` its DDP and FSDP settings over 2+ ranks with their probes and `strategy`."""
 
     def __init__(self, single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame):
+        self.batches = sorted(single["global_batch"].astype(float))
         self.single = dict(zip(single["global_batch"].astype(float), single["global_batch"] / single["samples_per_s"]))
-        line = {**self.single, **probe_points(single, self.single)}
-        self.probed = len(line) - len(self.single)
-        self.batches = sorted(line)  # the batches the line rests on: beyond them it extrapolates
-        self.a, self.c = line_fit(line, line.values())
+        self.a, self.c = line_fit(self.single, self.single.values())
         self.fits = fits
         self.layout = layout_of(multi)
         # memory_mb: the settings' step peak (dpstudy.analysis.memory_forecast), NaN where not measured
@@ -205,9 +182,8 @@ class Workload:
         step = self.t1(b) * share + cal["hidden"] * comm
         outside_b = not (self.batches[0] <= b <= self.batches[-1])
         label = source.replace("ddp", "DDP").replace("fsdp", "FSDP")
-        probed = f" and {self.probed} probed" if self.probed else ""
         basis = [
-            f"{len(self.single)} single-device batch(es){probed}",
+            f"{len(self.single)} single-device batch(es)",
             f"{cal['settings']} {label} setting(s) at n={n if how_n is None else how_n}",
         ]
         if source != strategy:

@@ -18,7 +18,6 @@ import pandas as pd
 
 from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, strategy_of
 from dpstudy.analysis.memory_forecast import setting_memory
-from dpstudy.record.fields import BATCH_POINTS
 
 COLUMNS = (
     *FORECAST_GROUP,
@@ -55,12 +54,7 @@ def calibration_inputs(
     (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN
     without it)."""
     settings = settings.assign(memory_mb=setting_memory(settings, split))
-    single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)].copy()
-    points = [c for c in BATCH_POINTS if c in cells]  # one device's probe (older records: none)
-    if points:
-        at = cells.set_index("cell")[points]
-        for column in points:
-            single[column] = [at.loc[ids.split(), column].median() for ids in single["cells"]]
+    single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
     multi = settings[settings["mode"].isin(["ddp", "fsdp"]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
     multi["strategy"] = [strategy_of(m, s) for m, s in zip(multi["mode"], shard, strict=True)]

@@ -16,7 +16,7 @@ import statistics
 import time
 
 from dpstudy.engine import compiling
-from dpstudy.record.fields import BATCH_POINTS, PROBE_FIELDS
+from dpstudy.record.fields import PROBE_FIELDS
 
 STEPS = 8
 # A step that takes long varies little relative to its length: a variant stops adding steps once
@@ -96,42 +96,6 @@ def interleaved(trainer, with_comm, without_comm, steps: int) -> dict:
         "exposed_spread_s": quartiles[2] - quartiles[0],
         "rounds": ROUNDS,
     }
-
-
-def batch_points(trainer, steps: int) -> dict | None:
-    """Forward and backward of the cell's model at its batch, half of it and a quarter (the first
-    samples of the same batches; no optimizer step, gradients left empty): how the step's compute
-    grows with the batch, for forecasts at per-device batches no single-device setting ran
-    (dpstudy.analysis.forecast). A fraction under 2 samples (BatchNorm needs two) is left out;
-    None for a compiled model, where each new shape would compile inside the timed steps."""
-    if trainer.compiled:
-        return None
-    import torch.nn.functional as F
-
-    model = trainer.model
-    model.train()
-    data = batches(trainer, steps)
-    size = min(len(y) for _, y in data)
-
-    def step(divisor: int):
-        cycle = itertools.cycle(data)
-
-        def work():
-            x, y = next(cycle)
-            n = len(y) // divisor
-            with trainer.autocast():
-                loss = F.cross_entropy(model(x[:n]).float(), y[:n])
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-
-        return work
-
-    points = {key: d for key, d in BATCH_POINTS.items() if size // d >= 2}
-    warm_up_s = timed_once(trainer, step(1))
-    for divisor in points.values():  # each shape once before it is timed
-        step(divisor)()
-    steps = affordable_steps(trainer, warm_up_s, steps)
-    return {"steps": steps, **{key: per_step(trainer, step(d), steps) for key, d in points.items()}}
 
 
 def timed(trainer, totals: dict, key: str, work):

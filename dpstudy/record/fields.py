@@ -80,8 +80,6 @@ MEMORY_PARTS = ("params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak
 # step the scaling model needs, by mode, and how the probe ran. The one definition of its fields:
 # name -> JSON Schema (type, and the meaning as its description); times are seconds per step, the
 # slowest rank's. The schema's probe part is made from it and admits no other field.
-# One device's probe points (dpstudy.engine.probe.batch_points): field -> the batch's divisor
-BATCH_POINTS = {"batch_step_s": 1, "half_batch_step_s": 2, "quarter_batch_step_s": 4}
 PROBE_FIELDS = {
     "steps": {"type": "integer", "description": "steps each variant timed (2 to 8: fewer when a step is slow)"},
     "sync_step_s": {
@@ -117,9 +115,6 @@ PROBE_FIELDS = {
         "type": "integer",
         "description": "DDP: the buckets a steady step all-reduces (dpstudy.engine.grad_layout)",
     },
-    "batch_step_s": {"type": "number", "description": "one device: forward and backward at the cell's batch"},
-    "half_batch_step_s": {"type": "number", "description": "one device: the same at half the batch"},
-    "quarter_batch_step_s": {"type": "number", "description": "one device: the same at a quarter of the batch"},
     "scatter_s": {"type": "number", "description": "DP: scattering the batch"},
     "replicate_s": {"type": "number", "description": "DP: replicating the model"},
     "gather_s": {"type": "number", "description": "DP: gathering the outputs"},

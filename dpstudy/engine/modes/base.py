@@ -16,7 +16,6 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from dpstudy.engine import probe
 from dpstudy.engine.compiling import COMPILE_OPTIONS
 from dpstudy.engine.loaders import Shard
 
@@ -123,7 +122,3 @@ class Mode:
 
 class Single(Mode):
     """One device, one process: the baseline every speedup is measured against."""
-
-    def probe(self, trainer, steps: int) -> dict | None:
-        """Forward and backward at the cell's batch, half and a quarter of it (probe.batch_points)."""
-        return probe.batch_points(trainer, steps)

@@ -12,8 +12,7 @@ from dpstudy.report.text import significant
 INTRO = (
     "Each DDP or FSDP setting below was forecast from the study's other settings of its workload, "
     "its own cells never read (leave-one-out): a single device's step at the per-device batch (a "
-    "line through the measured batches and the points their probes timed at half and a quarter of "
-    "them), slowed by how much n ranks sharing this host slow one rank "
+    "line through the measured batches), slowed by how much n ranks sharing this host slow one rank "
     "(from the other settings of its kind at n, or DDP's where none of its kind ran), plus the "
     "communication backward did not hide: DDP's all-reduce of each bucket, FSDP's all-gather and "
     "reduce-scatter of each unit, each priced by the latency + size / bandwidth fit of comm_bench's "

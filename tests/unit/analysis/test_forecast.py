@@ -11,7 +11,6 @@ from helpers.records import CURRENT, make_record
 
 from dpstudy.analysis import forecast, memory, predictions, stats
 from dpstudy.analysis.tables import cells_table
-from dpstudy.record.fields import BATCH_POINTS
 
 FIXED_S, PER_SAMPLE_S = 2e-3, 5e-5  # t1(b) = FIXED_S + PER_SAMPLE_S b
 SHARE, HIDDEN = 1.3, 0.4  # two ranks' slow-down on the shared host; the all-reduce left exposed
@@ -356,26 +355,3 @@ def test_the_strategies_table_ranks_a_requested_forecast_beside_what_ran():
     assert sorted(workload["rank_with_forecasts"]) == [1, 2, 3, 4]
     # the measured ranks are untouched: 1 and 2 among what ran
     assert sorted(workload["rank"].dropna()) == [1, 2] and workload["fastest"].sum() == 1
-
-
-def test_the_single_device_probe_points_extend_the_line_below_the_measured_batches():
-    # Each single-device setting's probe times forward and backward at its batch, half and a
-    # quarter: in the law all of PER_SAMPLE_S b, so its step less that is FIXED_S at every batch
-    def probed(r: dict) -> dict:
-        if r["spec"]["mode"] != "single":
-            return r
-        b = r["spec"]["batch"]
-        times = {k: PER_SAMPLE_S * b / d for k, d in BATCH_POINTS.items()}
-        return {**r, "probe": {"steps": 8, **times}}
-
-    settings, cells = tables([probed(r) for r in records()])
-    table = predictions.leave_one_out(settings, cells, FITS).set_index("global_batch")
-    # B 64 on 2 ranks is 32 per rank: below the measured 64-256, but on the line the probes timed
-    # at 32 and 16 (half and a quarter of 64): interpolated now, and as right as the others
-    assert table.loc[64, "how"] == "interpolated" and abs(table.loc[64, "error"]) < 0.002
-    assert table.loc[128, "basis"] == "3 single-device batch(es) and 2 probed; 3 DDP setting(s) at n=2"
-    single, multi = predictions.calibration_inputs(settings, cells)
-    model = forecast.Workload(single, multi, FITS)
-    assert model.batches == [16, 32, 64, 128, 256] and model.t1(32) == pytest.approx(t1(32), rel=0.01)
-    # 8 ranks at 256 (32 each) extrapolate the ranks only
-    assert "outside" not in model.forecast("ddp", "gloo", "cpu", 8, 256)["basis"]

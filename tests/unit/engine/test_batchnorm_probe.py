@@ -69,9 +69,6 @@ def test_a_batchnorm_model_at_1x1_feature_maps_trains_and_probes_in_every_mode(p
     rec = record.read(root / mode / "record.json")
     assert rec["status"] == "ok", rec["reason"]
     assert rec["epochs"][0]["samples"] == 256
-    if not nproc:  # one device's probe: forward and backward at 32, 16 and 8 samples (two at least)
-        assert set(rec["probe"]) == {"steps", "batch_step_s", "half_batch_step_s", "quarter_batch_step_s"}
-        assert all(rec["probe"][k] > 0 for k in rec["probe"])
     if nproc:  # the multi-rank probe ran on full batches; fsdp's replica has the data's 10 classes
         assert rec["probe"]["steps"] >= 2 and rec["probe"]["sync_step_s"] > 0 and rec["probe"]["nosync_step_s"] > 0
         assert rec["probe"]["grad_bytes"] == 4 * (3 * 3 * 1 * 8 + 8 + 8 * 8 + 8 + 8 + 8 + 8 * 10 + 10)
