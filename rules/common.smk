@@ -51,9 +51,10 @@ CELLS = {cell.id: cell for cell in _kept}
 # Repeats interleaved across settings (dpstudy.study.sweeps.run_priorities).
 PRIORITIES = studies.run_priorities(CELLS.values())
 # The jobs that measure nothing and that cells or benchmarks wait for (the data's preparation,
-# the memory plan, the extension's build) run first, side by side on one core each, before the timed cells take the
-# machine: left at priority 0, the build started only when the last skipped cell freed a core,
-# and every timed cell then waited the 37 s of its compile on an idle core (the default study).
+# the resolved study and the memory plan it feeds, the extension's build) run first, side by
+# side on one core each, before the timed cells take the machine: left at priority 0, the build
+# started only when the last skipped cell freed a core, and every timed cell then waited the
+# 37 s of its compile on an idle core (the default study).
 BEFORE_CELLS = max(PRIORITIES.values(), default=0) + 1
 RECORDS = [outputs.record_path(cell) for cell in CELLS]
 # The machine's floor: one run per repeat round (none with fewer than two rounds).

@@ -85,6 +85,8 @@ rule study_config:
         outputs.STUDY_YAML,
     log:
         f"{outputs.LOGS_DIR}/study_config.log",
+    # the memory plan's input: first, with it (common.smk)
+    priority: BEFORE_CELLS
     params:
         study=studies.JsonDict(STUDY),
     run:
