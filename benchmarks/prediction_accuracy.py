@@ -22,11 +22,13 @@ measured fastest or within the measured intervals of it), and the same errors fo
   before  the "why not n x" model (dpstudy.analysis.scaling, the scaling_settings table), which
           reads each setting's own probe: not a forecast, what the report had before.
 
-Measured here (--run --models simplecnn,lenet, 3 repeats, 83 jobs in 15 min; vit takes about 100 s
-a cell on one core of this VM): 18 forecasts, 12 of them FSDP; median |error| 9.2 %, p90 14.0 %,
-coverage 78 %, the fastest strategy right in 6 of 6 workload-batches; DDP alone 2.4 % / 3.3 %,
-FSDP full 10.6 % / 12.2 %, grad_op 13.8 % / 14.6 %; over the 16 DDP and FSDP settings linear
-52.1 % / 230.4 %, naive 35.4 % / 57.1 %, before 25.0 % / 247.1 %.
+Measured here (--run --models simplecnn,lenet, 3 repeats, 83 jobs in 15-16 min; vit takes about
+100 s a cell on one core of this VM), two studies: 18 forecasts each, 12 of them FSDP; median
+|error| 9.2 % and 13.9 %, p90 14.0 % and 28.6 %, coverage 78 % and 56 %, the fastest strategy right
+in 6 of 6 workload-batches both times; DDP alone 2.4 / 3.3 % and 3.5 / 6.1 %; FSDP full 10.6 / 12.2 %
+and 22.1 / 30.2 %, grad_op 13.8 / 14.6 % and 18.9 / 27.9 %: FSDP from one DDP setting's overlap is
+the weak part. Over the 16 DDP and FSDP settings: linear 52-57 % / 229-230 %, naive 35 % / 54-57 %,
+before 25-28 % / 70-247 %.
 """
 
 from __future__ import annotations
