@@ -66,7 +66,6 @@ MESSAGES = {
     ),
     "fsdp grad_op": (("all_gather", "units", "gather_bytes"), ("reduce_scatter", "units", "grad_bytes")),
 }
-FORECAST_STRATEGIES = tuple(MESSAGES)
 # FSDP's all-gather moves the parameters in the compute dtype of its mixed-precision policy
 GATHER_SHARE = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
 

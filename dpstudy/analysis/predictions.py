@@ -77,10 +77,14 @@ def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
 def leave_one_out(
     settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame, split: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """The table's measured rows: every DDP and FSDP setting over 2+ ranks forecast from the workload's other
-    settings (its own never read), beside what it measured (and `noise_cv`, its own, which the
-    interval cannot beat). A setting no other calibrates is left out."""
-    single, multi = calibration_inputs(settings, cells, split)
+    """The table's measured rows: every DDP and FSDP setting over 2+ ranks forecast from the
+    workload's other settings (its own never read), beside what it measured (and `noise_cv`, its
+    own, which the interval cannot beat). A setting no other calibrates is left out."""
+    return held_out_rows(*calibration_inputs(settings, cells, split), fits)
+
+
+def held_out_rows(single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
+    """leave_one_out's rows from calibration_inputs' two frames."""
     rows = []
     for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
         singles = group_of(single, key)
@@ -143,18 +147,17 @@ def with_intervals(table: pd.DataFrame, sigma: float, memory_sigma: float) -> No
 
 
 def requested(
-    settings: pd.DataFrame,
-    cells: pd.DataFrame,
+    single: pd.DataFrame,
+    multi: pd.DataFrame,
     fits: pd.DataFrame,
     requests: list[dict],
     sigma: tuple[float, float],
-    split: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The table's forecast rows: every request (dpstudy.study.predict.requests) for every workload
-    with measured DDP settings its filters match, calibrated on all of them; a request the workload
-    cannot answer (no DDP setting over its backend, no all-reduce fit) is a row with the reason as
-    its basis and no numbers. `sigma`: sigmas() of the held-out rows."""
-    single, multi = calibration_inputs(settings, cells, split)
+    with measured DDP or FSDP settings its filters match, calibrated on all of them (`single`,
+    `multi`: calibration_inputs'); a request the workload cannot answer (no setting over its
+    backend, no collective's fit) is a row with the reason as its basis and no numbers. `sigma`:
+    sigmas() of the held-out rows."""
     rows = []
     for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True) if requests else []:
         group = dict(zip(FORECAST_GROUP, key, strict=True))
@@ -201,11 +204,12 @@ def predictions(
     split: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The `predictions` table: leave_one_out's rows, then the requested forecasts."""
-    held_out = leave_one_out(settings, cells, fits, split)
+    single, multi = calibration_inputs(settings, cells, split)
+    held_out = held_out_rows(single, multi, fits)
     if held_out.empty:  # nothing held out to check the model on: the settings' own noise alone
         sigma = (model_sigma(pd.Series(dtype=float), settings.get("noise_cv")), math.nan)
     else:
         sigma = sigmas(held_out)
-    forecasts = requested(settings, cells, fits, requests, sigma, split)
+    forecasts = requested(single, multi, fits, requests, sigma)
     frames = [frame for frame in (held_out[list(COLUMNS)], forecasts) if not frame.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))

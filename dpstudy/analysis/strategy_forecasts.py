@@ -20,8 +20,6 @@ import pandas as pd
 
 from dpstudy.analysis.strategies import STRATEGY_KEYS, WORKLOAD_KEYS
 
-COLUMNS = ("forecast", "rank_with_forecasts")  # the strategies table's own, after its COLUMNS
-
 
 def forecast_rows(strategies: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame:
     """The requested forecasts as strategies rows of the workloads they belong to."""

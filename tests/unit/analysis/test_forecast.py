@@ -355,3 +355,11 @@ def test_the_strategies_table_ranks_a_requested_forecast_beside_what_ran():
     assert sorted(workload["rank_with_forecasts"]) == [1, 2, 3, 4]
     # the measured ranks are untouched: 1 and 2 among what ran
     assert sorted(workload["rank"].dropna()) == [1, 2] and workload["fastest"].sum() == 1
+
+
+def test_the_study_accepts_in_predict_every_mode_the_model_forecasts_and_no_other():
+    from dpstudy.study import predict
+
+    # the study layer cannot import the model's registry (a layer below it): they are kept equal here
+    assert set(predict.FORECAST_MODES) == {strategy.split()[0] for strategy in forecast.MESSAGES} == {"ddp", "fsdp"}
+    assert {forecast.strategy_of("fsdp", s) for s in ("full", "grad_op", "none")} <= set(forecast.MESSAGES)
