@@ -49,7 +49,7 @@ def ext_test_dir() -> Path:
     """The extension, built once for the session into results/ext-test: CPU-only unless a GPU
     can run the CUDA kernels. Every test that loads the library shares it (the operator tests,
     the kernel benchmark, a lenet_ext job through DPSTUDY_EXT_DIR); it persists, so a later
-    session reuses it and ninja recompiles only changed sources."""
+    session reuses it and ninja recompiles only the unit of changed sources."""
     import torch
     from helpers import REPO
 
@@ -149,6 +149,10 @@ def one_thread_per_worker():
 CPU_AT_START = pytest.StashKey[float]()
 CPU_SUMMARY_LINES = 15
 CPU_SPENT: list[tuple[float, float, str, str]] = []  # (wall s, CPU s, phase, test) as reports arrive
+# every phase, however short, summed per test module and per pytest-xdist worker: {name: [wall, CPU]}
+BY_MODULE: dict[str, list[float]] = {}
+BY_WORKER: dict[str, list[float]] = {}
+MODULE_SUMMARY_LINES = 20
 
 
 def cpu_seconds() -> float:
@@ -183,6 +187,11 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_runtest_logreport(report):
     cpu = dict(report.user_properties).get("cpu_s")
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    for table, name in ((BY_MODULE, report.nodeid.split("::")[0]), (BY_WORKER, getattr(worker, "id", "main"))):
+        total = table.setdefault(name, [0.0, 0.0])
+        total[0] += report.duration
+        total[1] += cpu or 0.0
     if cpu is not None and report.duration >= 5:
         CPU_SPENT.append((report.duration, cpu, report.when, report.nodeid))
 
@@ -191,6 +200,17 @@ def pytest_terminal_summary(terminalreporter, config):
     if getattr(config, "machine_at_start", None):  # once every worker has finished: idle again
         terminalreporter.section("machine reference (tests/helpers/machine.py: one core, pure Python)")
         terminalreporter.write_line(f"at the start: {config.machine_at_start}; at the end: {machine.reference()}")
+    if BY_MODULE:
+        terminalreporter.section("time per test module (every phase; a module's fixtures included)")
+        ranked = sorted(BY_MODULE.items(), key=lambda item: -item[1][0])
+        for module, (wall, cpu) in ranked[:MODULE_SUMMARY_LINES]:
+            terminalreporter.write_line(f"{wall:7.1f}s wall {cpu:7.1f}s CPU  {module}")
+        rest = ranked[MODULE_SUMMARY_LINES:]
+        if rest:
+            wall, cpu = sum(w for _, (w, _) in rest), sum(c for _, (_, c) in rest)
+            terminalreporter.write_line(f"{wall:7.1f}s wall {cpu:7.1f}s CPU  the other {len(rest)} modules")
+        busy = ", ".join(f"{name} {wall:.0f} s ({cpu:.0f} CPU-s)" for name, (wall, cpu) in sorted(BY_WORKER.items()))
+        terminalreporter.write_line(f"busy per worker: {busy}")
     if not CPU_SPENT:
         return
     terminalreporter.section("CPU beside wall (phases of 5 s or more, longest first)")

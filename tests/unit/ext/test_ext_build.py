@@ -345,12 +345,12 @@ def test_a_cuda_study_plans_a_build_with_kernels_on_a_gpu_less_host(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not torch_can_compile_cuda(), reason="needs a CUDA torch and nvcc")
 def test_the_planned_cuda_build_compiles_the_kernels_here(tmp_path):
-    """The build a device: cuda study plans, run by Snakemake here: nvcc compiles the .cu files for
-    the study's list, and the child process loads the library (running the kernels needs a GPU:
-    tests/unit/ext/test_ext.py's gpu tests). One architecture, sm_90 with its PTX: each more in a
-    list is one more nvcc pass per file (8 of nvcc's 25 s per file here), and the default list's
-    plan is test_a_cuda_study_plans_a_build_with_kernels_on_a_gpu_less_host's. The only CUDA compile
-    of the suite."""
+    """The build a device: cuda study plans, run by Snakemake here: nvcc compiles the .cu files (one
+    translation unit, dpstudy.ext.builder.unity_sources) for the study's list, the child process
+    loads the library, and every operator has a CUDA kernel registered (running them needs a GPU:
+    tests/unit/ext/test_ext.py's gpu tests). One architecture, sm_90 with its PTX; the default
+    list's plan is test_a_cuda_study_plans_a_build_with_kernels_on_a_gpu_less_host's. The only CUDA
+    compile of the suite."""
     checkout = copy_checkout(tmp_path)
     snakemake(
         checkout,
@@ -365,10 +365,27 @@ def test_the_planned_cuda_build_compiles_the_kernels_here(tmp_path):
     assert info["with_cuda"] and info["cuda_arch"] == ["9.0+PTX"] and info["note"] is None
     assert info["cuda_arch_source"] == "argument"
     assert {"csrc/cuda/conv2d.cu", "csrc/cuda/max_pool2d.cu", "csrc/cuda/grayscale.cu"} <= set(info["sources"])
-    objects = [checkout / "results/ext/build" / f"{name}.cuda.o" for name in ("conv2d", "max_pool2d", "grayscale")]
-    assert all(path.exists() for path in objects)
-    flags = (checkout / "results/ext/build/build.ninja").read_text()
+    build = checkout / "results/ext/build"
+    assert (build / "dpstudy_ext_cuda.cuda.o").exists() and (build / "dpstudy_ext_cpp.o").exists()
+    unit = (build / "dpstudy_ext_cuda.cu").read_text()
+    assert [line.rsplit("/", 1)[-1] for line in unit.splitlines()[1:]] == [
+        'conv2d.cu"',
+        'grayscale.cu"',
+        'max_pool2d.cu"',
+    ]
+    flags = (build / "build.ninja").read_text()
     assert all(flag in flags for flag in ("code=sm_90", "code=compute_90")) and "sm_80" not in flags
+    # each operator's CUDA kernel registered by the one unit (a registration needs no GPU)
+    code = (
+        "import sys, torch; torch.ops.load_library(sys.argv[1])\n"
+        "print(sorted(op for op in sys.argv[2:] if torch._C._dispatch_has_kernel_for_dispatch_key("
+        "f'dpstudy::{op}', 'CUDA')))"
+    )
+    ops = ["rgb_to_grayscale", "conv2d", "conv2d_backward", "max_pool2d", "max_pool2d_backward"]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, info["so"], *ops], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert proc.stdout.split("\n")[0] == str(sorted(ops)), proc.stderr
 
 
 def test_a_library_built_for_another_torch_is_refused_with_what_to_do(tmp_path):
