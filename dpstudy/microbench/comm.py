@@ -62,6 +62,9 @@ COLUMNS = [
 ]
 SIZES = [4096 * 4**k for k in range(9)]  # 4 KiB .. 256 MiB, total size S
 BIG = 16 << 20  # from here on one call is long enough to need one warm-up call only
+# Bytes the timed calls of one size move, at most 50 calls and at least 3: over Gloo here about 0.3 s
+# per size from 16 MiB up (a 16 MiB call takes about 25 ms, 64 MiB 100 ms); 3 x 256 MiB take 1.2 s.
+TIMED_BYTES = 192 << 20
 QUICK_MAX = 4 << 20
 COMBOS = (("gloo", "cpu"), ("gloo", "cuda"), ("nccl", "cuda"))
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
@@ -103,11 +106,12 @@ def sizes_to_time(quick: bool) -> list[int]:
 def iterations(nbytes: int, quick: bool) -> tuple[int, int]:
     """(warm-up, timed) iterations: many for small messages, fewer where one takes long (a 256 MiB
     call takes 0.3-0.5 s over Gloo here and varies by 1-3 % between calls: three give its
-    median); one warm-up call for 16 MiB and more, after the checked first call (the buffers are
-    touched, the algorithm chosen), five for the small ones, whose first calls still warm caches."""
+    median; TIMED_BYTES sets the rest); one warm-up call for 16 MiB and more, after the checked
+    first call (the buffers are touched, the algorithm chosen), five for the small ones, whose
+    first calls still warm caches."""
     if quick:
         return 2, 10
-    return (1 if nbytes >= BIG else 5), max(3, min(50, (256 << 20) * 3 // max(nbytes, 1)))
+    return (1 if nbytes >= BIG else 5), max(3, min(50, TIMED_BYTES // max(nbytes, 1)))
 
 
 def collective_call(collective: str, nbytes: int, device: torch.device) -> tuple[int, object, object]:

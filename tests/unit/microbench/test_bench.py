@@ -63,7 +63,8 @@ def test_a_quick_comm_run_stops_at_4_mib():
     assert comm.sizes_to_time(quick=True) == [4096 * 4**k for k in range(6)]
     assert comm.iterations(4 << 20, quick=True) == (2, 10)
     assert comm.iterations(256 << 20, quick=False) == (1, 3) and comm.iterations(4096, quick=False) == (5, 50)
-    assert comm.iterations(64 << 20, quick=False) == (1, 12) and comm.iterations(4 << 20, quick=False) == (5, 50)
+    assert comm.iterations(64 << 20, quick=False) == (1, 3) and comm.iterations(16 << 20, quick=False) == (1, 12)
+    assert comm.iterations(4 << 20, quick=False) == (5, 48) and comm.iterations(1 << 20, quick=False) == (5, 50)
 
 
 def _as_rank(monkeypatch, rank: int, world_size: int) -> None:
