@@ -1,6 +1,6 @@
 """Forecasts of DDP and FSDP settings from the measured ones, each checked against a setting held out.
 
-Per workload (every setting key but the strategy's and the batch: FORECAST_GROUP), from the study's
+Per workload (every setting key but the strategy's and the batch, compile kept: FORECAST_GROUP), from the study's
 own settings table, cells' probes and the collectives' fits (dpstudy.analysis.comm_fit):
 
   t1(b)       a single-device step at batch b: b / its measured throughput; elsewhere the line
@@ -47,7 +47,9 @@ from dpstudy.analysis.memory_forecast import MemoryLine
 from dpstudy.analysis.strategies import STRATEGY_KEYS
 
 BATCH_KEYS = ("batch", "global_batch", "devices")
-FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *BATCH_KEYS))
+# compile stays in the workload though the strategies table counts it a strategy: a compiled step is
+# not an eager one, so each calibrates only on cells of its own kind
+FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k == "compile" or k not in (*STRATEGY_KEYS, *BATCH_KEYS))
 Z95 = 1.96
 # The bytes each collective moves per rank over the ring, as a share of its total size S
 # (nccl-tests' bus factors): what a fit at m ranks carries to n ranks.

@@ -33,7 +33,8 @@ def forecast_rows(strategies: pd.DataFrame, predictions: pd.DataFrame) -> pd.Dat
         ratio = made["predicted_speedup"] / made["predicted_samples_per_s"]
         strategy = {k: first[k] for k in STRATEGY_KEYS}  # DDP's knobs, compile and the like: the workload's
         strategy.update(mode=made["mode"], gpus=int(made["devices"]), nodes=1, backend=made["backend"])
-        strategy.update(shard=made.get("shard") if isinstance(made.get("shard"), str) else "none", compile=False)
+        strategy.update(shard=made.get("shard") if isinstance(made.get("shard"), str) else "none")
+        strategy["compile"] = bool(made["compile"]) if pd.notna(made.get("compile")) else False
         rows.append(
             {
                 **{k: first[k] for k in ("workload", *WORKLOAD_KEYS)},

@@ -148,6 +148,28 @@ def test_a_workload_no_ddp_setting_calibrates_is_an_error_naming_it():
         model.forecast("ddp", "gloo", "cuda", 2, 256)
 
 
+def test_compiled_cells_calibrate_only_compiled_forecasts():
+    # The same study with its single devices also compiled, twice as fast: the eager DDP settings are
+    # still recovered from the eager line alone (mixed in, the compiled cells would halve t1), and
+    # with no compiled DDP setting nothing compiled is held out or forecast.
+    compiled = [
+        make_record(samples_per_s=2 * b / t1(b) * w, batch=b, repeat=k, suffix=f"-r{k}", memory=split(b), compile=True)
+        for b in (64, 128, 256)
+        for k, w in enumerate((0.99, 1.01))
+    ]
+    settings, cells = tables(records() + compiled)
+    assert settings["compile"].astype(bool).sum() == 3
+    requests = [{"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None}]
+    table = predictions.predictions(settings, cells, FITS, requests)
+    held_out = table[table["source"] == "leave-one-out"]
+    assert sorted(held_out["global_batch"]) == [64, 128, 256, 512] and not held_out["compile"].astype(bool).any()
+    assert held_out["error"].abs().max() < 0.002, held_out[["global_batch", "error"]]
+    asked = table[table["source"] == "predict"]
+    assert len(asked) == 1 and not bool(asked["compile"].iloc[0])
+    share, ring = 1 + (SHARE - 1) * 3, LATENCY_S * 3 + GRAD_BYTES * 2 * 3 / 4 / (GBPS * 1e9)
+    assert 256 / asked["predicted_samples_per_s"].iloc[0] == pytest.approx(t1(64) * share + HIDDEN * ring, rel=0.01)
+
+
 def test_requested_forecasts_use_every_setting_and_say_which_they_cannot_make():
     settings, cells = tables(records())
     requests = [
