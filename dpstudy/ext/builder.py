@@ -49,13 +49,10 @@ def sources(with_cuda: bool) -> list[Path]:
 
 
 def unity_sources(build_dir: Path, files: list[Path]) -> list[Path]:
-    """The files to hand the compiler: one translation unit of C++ sources and one of CUDA
-    sources, each #including its files. Every source includes the same torch headers, and
-    parsing them is most of a compile: measured here, the six .cpp files took 42 CPU-s one by
-    one and 11 s as one unit, the three .cu files 80 s and 27 s. A unit is rewritten only when
-    its list changes, so that ninja (which follows the included files) rebuilds only the unit
-    whose sources changed. Names at file scope must therefore differ across the sources of a
-    unit: a clash is a compile error naming both."""
+    """One translation unit of the C++ sources and one of the CUDA sources, each #including its
+    files: parsing torch's headers is most of a compile (the figures: dpstudy/ext/README.md). A
+    unit is rewritten only when its list changes; ninja follows the included files. Names at file
+    scope must differ across a unit's sources (a clash is a compile error naming both)."""
     units = []
     for suffix, name in ((".cpp", "dpstudy_ext_cpp.cpp"), (".cu", "dpstudy_ext_cuda.cu")):
         members = [f for f in files if f.suffix == suffix]

@@ -133,3 +133,12 @@ def test_the_extension_is_looked_for_where_the_workflow_builds_it():
     from dpstudy.study import outputs
 
     assert loader.DEFAULT_DIR == outputs.EXT_DIR
+
+
+MAX_LINES = 300  # a module of one job; past this it holds two (issue 23)
+
+
+def test_no_module_of_the_package_or_the_scripts_is_over_300_lines():
+    files = [*PACKAGE.rglob("*.py"), *(REPO / "scripts").rglob("*.py")]
+    long = {str(f.relative_to(REPO)): n for f in files if (n := len(f.read_text().splitlines())) > MAX_LINES}
+    assert len(files) > 100 and long == {}
