@@ -14,9 +14,12 @@ Their categories fold into four parts:
 
 The split is the one at the step's peak (their sum is that peak). Tensors that exist before the
 step and are neither the model's, the optimizer's nor created by it (the dataset a `device` loader
-keeps resident, DDP's gradient buckets) are not counted: peak_mem_mb, the allocator's peak, holds
-them too. The step is one more training step after the last evaluation, so the record's numbers
-do not change.
+keeps resident, DDP's gradient buckets) are not counted. On CUDA the same step is also read from
+the allocator and the driver (record.fields.ALLOCATOR_PARTS): max_memory_allocated holds those
+tensors too, max_memory_reserved the caching allocator's segments, and the process's memory in
+NVML beyond them is the CUDA context and the libraries' own buffers; `resident_mb` says how much of
+the allocated memory is a `device` loader's data. The step is one more training step after the
+last evaluation, so the record's numbers do not change.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from __future__ import annotations
 import math
 
 import torch
+
+from dpstudy.engine.monitor import process_used_mb
+from dpstudy.record.fields import ALLOCATOR_PARTS
 
 PARTS = {
     "params": ("PARAM", "BUFFER", "SHARDED_PARAM", "UNSHARDED_PARAM", "ALL_GATHER"),
@@ -68,18 +74,63 @@ def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step)
     return {device: split(snapshot) for device, snapshot in peaks.items() if snapshot.get("Total", 0) > 0}
 
 
+def resident_mb(loaders, device: int) -> float:
+    """MB of the data the loaders keep on CUDA device `device` (a `device` loader's splits)."""
+    held = [getattr(loader, name, None) for loader in loaders for name in ("images", "labels")]
+    on_device = [t for t in held if isinstance(t, torch.Tensor) and t.device == torch.device("cuda", device)]
+    return sum(t.untyped_storage().nbytes() for t in on_device) / MB
+
+
+def allocator_step(devices: list[int], step, loaders) -> tuple[object, list[dict[str, float | None]]]:
+    """Run `step()` with the CUDA devices' peaks reset before it: its result, and per device the
+    allocator's and the driver's view of it (record.fields.ALLOCATOR_PARTS)."""
+    for d in devices:
+        torch.cuda.synchronize(d)
+        torch.cuda.reset_peak_memory_stats(d)
+    result = step()
+    views = []
+    for d in devices:
+        torch.cuda.synchronize(d)
+        used = process_used_mb(d)
+        reserved_now = torch.cuda.memory_reserved(d) / MB
+        views.append(
+            {
+                "allocated_mb": torch.cuda.max_memory_allocated(d) / MB,
+                "reserved_mb": torch.cuda.max_memory_reserved(d) / MB,
+                "context_mb": None if used is None else used - reserved_now,
+                "total_mb": torch.cuda.get_device_properties(d).total_memory / MB,
+                "resident_mb": resident_mb(loaders, d),
+            }
+        )
+    return result, views
+
+
 def measure(trainer) -> dict[str, list[float]]:
     """Every rank's split of one training step, gathered in rank order (see the docstring); a
     device the tracker saw nothing on is None:
     {"params_mb": [...], "grads_mb": [...], "optimizer_mb": [...], "activations_mb": [...],
-    "peak_mb": [...]}, one value per device (DP: each of its GPUs)."""
+    "peak_mb": [...]}, one value per device (DP: each of its GPUs); on CUDA also the
+    ALLOCATOR_PARTS of the same step."""
     par = trainer.par
     x, y = next(iter(trainer.train_data))
     trainer.model.train()
-    per_device = tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y))
-    devices = par.devices() or [None]  # None: the CPU
+    cuda = par.devices()
+    loaders = (trainer.train_data, trainer.test_data)
+    per_device, views = allocator_step(
+        cuda, lambda: tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y)), loaders
+    )
+    devices = cuda or [None]  # None: the CPU
     mine = [per_device.get(torch.device("cuda", d) if d is not None else torch.device("cpu")) for d in devices]
     keys = [*PARTS, "peak"]
-    values = [part[k] if part else float("nan") for part in mine for k in keys]
+    if cuda:  # every rank of a cell drives CUDA or none does: the gathered lists line up
+        keys += [part.removesuffix("_mb") for part in ALLOCATOR_PARTS]
+    views = views or [{}] * len(devices)
+    values = [v for part, view in zip(mine, views, strict=True) for v in _row(part, view)]
     gathered = [None if math.isnan(v) else v for v in par.all_gather_floats(values)]  # None: JSON's null
     return {f"{k}_mb": gathered[i :: len(keys)] for i, k in enumerate(keys)}
+
+
+def _row(part: dict | None, view: dict) -> list[float]:
+    """One device's tracker parts and peak, then its allocator view, NaN for what is unknown."""
+    tracker = [part[k] if part else math.nan for k in (*PARTS, "peak")]
+    return tracker + [math.nan if view[k] is None else view[k] for k in ALLOCATOR_PARTS if view]

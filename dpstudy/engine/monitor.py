@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import threading
 import time
@@ -18,6 +19,27 @@ def peak_memory_mb(devices: list[int]) -> list[float]:
     if devices:
         return [torch.cuda.max_memory_allocated(i) / 2**20 for i in devices]
     return [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]  # Linux reports KiB
+
+
+def peak_reserved_mb(devices: list[int]) -> list[float]:
+    """CUDA max reserved (the caching allocator's segments) per driven device."""
+    return [torch.cuda.max_memory_reserved(i) / 2**20 for i in devices]
+
+
+def process_used_mb(device: int) -> float | None:
+    """This process's memory on a CUDA device as the driver counts it (NVML), context and all;
+    None without NVML or where it cannot tell this process's share."""
+
+    def read(pynvml) -> float | None:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(device).uuid}")
+        processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        mine = [p for p in processes if p.pid == os.getpid()]
+        if not mine and len(processes) == 1:  # a container's PID namespace hides our pid: the only one is us
+            mine = processes
+        used = mine[0].usedGpuMemory if len(mine) == 1 else None
+        return used / 2**20 if used else None  # None also where the driver does not say (NVML_VALUE_NOT_AVAILABLE)
+
+    return nvml.query(read, None)
 
 
 def reset_peaks(devices: list[int]) -> None:

@@ -16,7 +16,7 @@ from dpstudy.engine.compiling import compiler_errors, timed_compile
 from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.heartbeat import BACKWARD, EVALUATING, FORWARD, LOADING, NoHeartbeat
 from dpstudy.engine.modes import Mode
-from dpstudy.engine.monitor import HostLoad, peak_memory_mb, reset_peaks
+from dpstudy.engine.monitor import HostLoad, peak_memory_mb, peak_reserved_mb, reset_peaks
 from dpstudy.engine.reference import InCell
 from dpstudy.study import spec as specs
 
@@ -222,6 +222,8 @@ class Trainer:
             reset_peaks(devices)
             result = {"epoch": epoch, **self.train_epoch(epoch), **self.evaluate()}
             result["peak_mem_mb"] = self.par.all_gather_floats(peak_memory_mb(devices))
+            if devices:
+                result["peak_reserved_mb"] = self.par.all_gather_floats(peak_reserved_mb(devices))
             result.update(self.machine_rates())
             on_epoch(result)
             self.log(progress_line(result, epochs))

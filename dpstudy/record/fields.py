@@ -52,6 +52,9 @@ STEADY_FIELDS = {
     "machine_gflops": _number,
     "machine_mops": _number,
     "machine_gbps": _number,
+    # CUDA cells: max_memory_reserved over the epoch (training and evaluation), one per rank (DP:
+    # per device), beside peak_mem_mb, which is max_memory_allocated over the same span
+    "peak_reserved_mb": {"type": "array", "items": _number},
 }
 IN_CELL_RATES = ("machine_gflops", "machine_mops", "machine_gbps")
 
@@ -75,6 +78,16 @@ OPTIONAL_SUMMARY_FIELDS = {
 
 # The split of a step's peak (dpstudy.engine.memory), in MB; their sum is peak_mb.
 MEMORY_PARTS = ("params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb")
+# What the device's allocator and driver held over the same step, in MB, one per device (CUDA
+# cells; None where unknown): the tracker above counts tensors, these are what a user runs out of.
+ALLOCATOR_PARTS = (
+    "allocated_mb",  # torch.cuda.max_memory_allocated over the step (peaks reset before it)
+    "reserved_mb",  # torch.cuda.max_memory_reserved over the step: the caching allocator's segments
+    "context_mb",  # the process's device memory (NVML) minus what the allocator reserved: the CUDA
+    # context, cuBLAS/cuDNN workspaces outside the allocator, NCCL's buffers
+    "total_mb",  # the device's memory
+    "resident_mb",  # the data a `device` loader keeps on the device (train and test splits)
+)
 
 # record.probe (dpstudy.engine.probe writes it, dpstudy.analysis.scaling reads it): the parts of a
 # step the scaling model needs, by mode, and how the probe ran. The one definition of its fields:
@@ -160,7 +173,9 @@ RECORD_SCHEMA = {
             "type": ["object", "null"],
             "required": list(MEMORY_PARTS),
             "additionalProperties": False,
-            "properties": {part: {"type": "array", "items": _maybe_number} for part in MEMORY_PARTS},
+            "properties": {
+                part: {"type": "array", "items": _maybe_number} for part in (*MEMORY_PARTS, *ALLOCATOR_PARTS)
+            },
         },
     },
 }

@@ -8,7 +8,8 @@
 - autocast bf16 and fp16: lenet and lenet_ext training steps under the project's Trainer, and
   what the extension's operators do under autocast (they are not cast: they run in float32);
 - CUDA memory accounting: dpstudy.engine.monitor's peaks are torch.cuda's and reset with reset_peaks.
-- an fsdp cell over NCCL (torchrun, resnet18) in fp32, bf16 and fp16.
+- an fsdp cell over NCCL (torchrun, resnet18) in fp32, bf16 and fp16, and a single cell: what
+  their records say the allocator and the driver held (allocated, reserved, context, resident data).
 """
 
 from __future__ import annotations
@@ -432,3 +433,49 @@ def test_fsdp_cell_over_nccl_trains_on_cuda(tmp_path, precision):
         f"train loss {first['train_loss']:.3f} -> {last['train_loss']:.3f}"
     )
     assert last["test_acc"] * 257 == pytest.approx(round(last["test_acc"] * 257), abs=1e-6)  # each image once
+    # the allocator's and the driver's view of the measured step, every rank (record.fields.ALLOCATOR_PARTS)
+    _assert_allocator_view(rec, gpus, resident=(2048 + 257) * (28 * 28 + 8) / 2**20)  # every rank: both splits
+
+
+def _assert_allocator_view(rec: dict, devices: int, resident: float) -> None:
+    memory, last = rec["memory"], rec["epochs"][-1]
+    total = torch.cuda.get_device_properties(0).total_memory / 2**20
+    for d in range(devices):
+        view = {k: memory[k][d] for k in ("peak_mb", "allocated_mb", "reserved_mb", "context_mb", "total_mb")}
+        # the tracker counts tensors; the allocator holds them, rounded up, and what predates the step
+        assert view["allocated_mb"] >= 0.99 * (view["peak_mb"] + memory["resident_mb"][d]), _message(str(view))
+        assert view["reserved_mb"] >= view["allocated_mb"], _message(str(view))
+        assert view["total_mb"] == pytest.approx(total), _message(str(view))
+        # a CUDA context with cuBLAS's handles: hundreds of MB, never gigabytes, never nothing
+        assert view["context_mb"] is not None and 50 < view["context_mb"] < 4096, _message(str(view))
+        assert memory["resident_mb"][d] == pytest.approx(resident, abs=1e-9)
+        assert last["peak_reserved_mb"][d] >= last["peak_mem_mb"][d] > 0
+
+
+def test_single_cell_records_what_the_allocator_held(tmp_path):
+    """A single CUDA cell with the `device` loader: its record has the allocator's peaks, the CUDA
+    context, the device's total and the resident dataset's exact bytes (uint8 images, int64 labels)."""
+    import json
+    import subprocess
+    import sys
+
+    from dpstudy.data import store
+    from dpstudy.record import fields as record
+
+    store.prepare("synthetic", tmp_path / "data", {"train_size": 1024, "test_size": 256})
+    spec = {
+        "dataset": "synthetic",
+        "model": "resnet18",
+        "mode": "single",
+        "batch": 256,
+        "epochs": 1,
+        "loader": "device",
+        "device": "cuda",
+        "data_root": str(tmp_path / "data"),
+    }
+    argv = [sys.executable, "-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(tmp_path / "cell")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, _message(proc.stderr[-3000:])
+    rec = record.read(tmp_path / "cell/record.json")
+    assert rec["status"] == "ok", _message(rec["reason"])
+    _assert_allocator_view(rec, 1, resident=(1024 + 256) * (28 * 28 + 8) / 2**20)
