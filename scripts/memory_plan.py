@@ -11,6 +11,7 @@ import sys
 
 import yaml
 
+from dpstudy.data import store
 from dpstudy.jobs import memory_plan
 from dpstudy.study import sweeps
 from dpstudy.util.errors import ConfigError
@@ -24,11 +25,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.study) as f:
         try:
-            cells = sweeps.expand(sweeps.load(yaml.safe_load(f)))
+            study = sweeps.load(yaml.safe_load(f))
+            cells = sweeps.expand(study)
         except ConfigError as error:
             sys.exit(f"error: {args.study}: {error}")
     specs = {cell.id: cell.spec for cell in cells}
-    rows = memory_plan.plan_rows(specs, args.budget_gib, log=lambda line: print(line, flush=True))
+    # the samples a `device` loader will keep resident, known before any dataset is prepared where
+    # it is generated (a download's are known once it is)
+    sizes = {
+        spec["dataset"]: store.split_sizes(spec["dataset"], spec["data_root"], study["datasets"].get(spec["dataset"]))
+        for spec in specs.values()
+    }
+    rows = memory_plan.plan_rows(specs, args.budget_gib, log=lambda line: print(line, flush=True), sizes=sizes)
     memory_plan.write_plan(rows, args.out)
     skipped = {row["cell"] for row in rows if row["skip"]}
     print(f"wrote {args.out}: {len(cells)} cells, {len(skipped)} predicted not to fit and not to be launched")

@@ -2,11 +2,15 @@
 plan's prediction (dpstudy.jobs.memory_plan), and how close the prediction came.
 
 memory_split: one row per cell and device (DP: each GPU; ddp, fsdp: each rank) of every cell the
-  records or the plan know: the measured parts and peak (ok cells), the predicted ones (every
-  cell the plan predicted, skipped ones too), error_pct = (predicted - measured) / measured.
-memory_accuracy: per mode and for all modes together ("all"), over the devices with both
-  numbers: how many, the median and the largest |error_pct|, and whether every one is within
-  the target (the issue's 15 %).
+  records or the plan know: the measured parts and peak (ok cells), on CUDA what the allocator
+  and the driver held (record.fields.ALLOCATOR_PARTS), the predicted parts (every cell the plan
+  predicted, skipped ones too) and the plan's allocator peak (predicted_allocated_mb), and
+  error_pct = (predicted - measured) / measured: against max_memory_allocated where the cell ran
+  on CUDA (`against` allocator), else the tracker's prediction against the tracker's own
+  measurement (`against` tracker: on a CPU there is no allocator peak to check it with).
+memory_accuracy: per kind of comparison (`against`) and mode, and for all modes together
+  ("all"), over the devices with both numbers: how many, the median and the largest |error_pct|,
+  and whether every one is within the target (the issue's 15 %).
 memory_spread: how a strategy spreads a step's memory over its devices, per mode, sharding and
   device count over the finished multi-device cells with a measured split: the fullest device's
   peak over the emptiest's (`imbalance`: DP's device 0 holds the batch and the optimizer) and the
@@ -22,11 +26,21 @@ from typing import Any
 import pandas as pd
 
 from dpstudy.analysis.baseline import Baselines
-from dpstudy.record.fields import MEMORY_PARTS
+from dpstudy.record.fields import ALLOCATOR_PARTS, MEMORY_PARTS
 
 TARGET_PCT = 15.0  # the prediction's target: within 15 % of the measured peak
-PREDICTED = tuple(f"predicted_{part}" for part in MEMORY_PARTS)
-SPLIT_COLUMNS = ("cell", "mode", "device", *MEMORY_PARTS, *PREDICTED, "error_pct", "plan_reason")
+PREDICTED = tuple(f"predicted_{part}" for part in (*MEMORY_PARTS, "allocated_mb"))
+SPLIT_COLUMNS = (
+    "cell",
+    "mode",
+    "device",
+    *MEMORY_PARTS,
+    *ALLOCATOR_PARTS,
+    *PREDICTED,
+    "against",
+    "error_pct",
+    "plan_reason",
+)
 STATE_PARTS = ("params_mb", "grads_mb", "optimizer_mb")
 SPREAD_COLUMNS = (
     "mode",
@@ -39,32 +53,55 @@ SPREAD_COLUMNS = (
     "baseline_state_mb",
     "example",
 )
-ACCURACY_COLUMNS = ("mode", "devices", "median_abs_error_pct", "max_abs_error_pct", "target_pct", "within_target")
+ACCURACY_COLUMNS = (
+    "against",
+    "mode",
+    "devices",
+    "median_abs_error_pct",
+    "max_abs_error_pct",
+    "target_pct",
+    "within_target",
+)
 
 
 def measured_rows(records: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """Each record's memory split, one row per device (records without one give none)."""
+    parts = (*MEMORY_PARTS, *ALLOCATOR_PARTS)  # a CPU cell's record has no allocator parts: NaN
     rows = [
-        {"cell": rec["cell"], "device": device, **{part: rec["memory"][part][device] for part in MEMORY_PARTS}}
+        {"cell": rec["cell"], "device": device, **{part: _part(rec["memory"], part, device) for part in parts}}
         for _, rec in records
         if rec.get("memory")
         for device in range(len(rec["memory"]["peak_mb"]))
     ]
-    return pd.DataFrame(rows, columns=["cell", "device", *MEMORY_PARTS])
+    return pd.DataFrame(rows, columns=["cell", "device", *parts], dtype=object).astype({p: float for p in parts})
+
+
+def _part(memory: dict, part: str, device: int) -> float | None:
+    values = memory.get(part)
+    return None if values is None else values[device]
 
 
 def split_table(measured: pd.DataFrame, plan: pd.DataFrame | None, cells: pd.DataFrame) -> pd.DataFrame:
     """memory_split (see the module docstring) for the cells of the cells table."""
     known = cells[["cell", "mode"]]
     if plan is None or plan.empty:
-        plan = pd.DataFrame(columns=["cell", "device", *MEMORY_PARTS, "reason"])
-    predicted = plan.rename(columns={**dict(zip(MEMORY_PARTS, PREDICTED)), "reason": "plan_reason"})
+        plan = pd.DataFrame(columns=["cell", "device", *MEMORY_PARTS, "allocated_mb", "reason"])
+    plan = plan.reindex(columns=[c for c in plan.columns if c != "skip"])
+    if "allocated_mb" not in plan:  # a plan made before it predicted the allocator
+        plan = plan.assign(allocated_mb=float("nan"))
+    predicted = plan.rename(columns={**dict(zip((*MEMORY_PARTS, "allocated_mb"), PREDICTED)), "reason": "plan_reason"})
     predicted = predicted[predicted["cell"].isin(known["cell"])]
     reasons = predicted[predicted["device"].isna()][["cell", "plan_reason"]]
     predicted = predicted.dropna(subset=["device"]).drop(columns="plan_reason").astype({"device": int})
     table = measured.astype({"device": int}).merge(predicted, on=["cell", "device"], how="outer")
     table = table.merge(reasons, on="cell", how="outer").merge(known, on="cell", how="left")
-    table = table.assign(error_pct=(table["predicted_peak_mb"] - table["peak_mb"]) / table["peak_mb"] * 100)
+    by_allocator = table["allocated_mb"].notna() & table["predicted_allocated_mb"].notna()
+    predicted_peak = table["predicted_allocated_mb"].where(by_allocator, table["predicted_peak_mb"])
+    measured_peak = table["allocated_mb"].where(by_allocator, table["peak_mb"])
+    table = table.assign(
+        against=by_allocator.map({True: "allocator", False: "tracker"}).where(measured_peak.notna()),
+        error_pct=(predicted_peak - measured_peak) / measured_peak * 100,
+    )
     table = table.reindex(columns=list(SPLIT_COLUMNS))
     return table.astype({"device": "Int64"}).sort_values(["cell", "device"], ignore_index=True)
 
@@ -72,9 +109,14 @@ def split_table(measured: pd.DataFrame, plan: pd.DataFrame | None, cells: pd.Dat
 def accuracy_table(split: pd.DataFrame) -> pd.DataFrame:
     """memory_accuracy (see the module docstring); empty when no device has both numbers."""
     both = split.dropna(subset=["error_pct"])
-    groups = [(mode, part) for mode, part in both.groupby("mode")] + ([("all", both)] if not both.empty else [])
+    groups = [
+        ((against, mode), part)
+        for against, kind in both.groupby("against")
+        for mode, part in [*kind.groupby("mode"), ("all", kind)]
+    ]
     rows = [
         {
+            "against": against,
             "mode": mode,
             "devices": len(part),
             "median_abs_error_pct": part["error_pct"].abs().median(),
@@ -82,7 +124,7 @@ def accuracy_table(split: pd.DataFrame) -> pd.DataFrame:
             "target_pct": TARGET_PCT,
             "within_target": bool((part["error_pct"].abs() <= TARGET_PCT).all()),
         }
-        for mode, part in groups
+        for (against, mode), part in groups
     ]
     return pd.DataFrame(rows, columns=list(ACCURACY_COLUMNS))
 

@@ -105,6 +105,17 @@ def prepare(name: str, root: str | Path, overrides: dict | None = None, code_pat
     return folder
 
 
+def split_sizes(name: str, root: str | Path, overrides: dict | None = None) -> tuple[int, int] | None:
+    """(train, test) samples of a dataset before or after it is prepared: a prepared one's meta, a
+    generated one's sizes (the study's overrides, else the defaults); None for a download not yet
+    prepared (the memory plan then says it could not see the data)."""
+    if is_ready(name, root):
+        splits = load_meta(name, root)["splits"]
+        return splits["train"]["n"], splits["test"]["n"]
+    params = None if user.is_user(name) else _generator_params(name, overrides or {})
+    return None if params is None else (params["train_size"], params["test_size"])
+
+
 def _generator_params(name: str, overrides: dict) -> dict | None:
     if not DATASETS[name].generated:
         return None

@@ -40,7 +40,8 @@ from dpstudy.util.atomic import atomic_output
 
 # the record's memory parts (params_mb ... peak_mb), one source with dpstudy.engine.memory's split
 PARTS = tuple(part.removesuffix("_mb") for part in MEMORY_PARTS if part != "peak_mb")
-PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "reason", "skip")
+# allocated_mb: what the CUDA allocator will hold at the step's peak (see predict)
+PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "allocated_mb", "reason", "skip")
 GIB = 1024  # MB per GiB
 
 
@@ -64,10 +65,11 @@ def step_key(spec: dict) -> str:
     return repr((sharding, world, specs.per_device_batch(spec), rest))
 
 
-def predict(spec: dict, steps: dict | None = None) -> dict[str, list[float]]:
-    """{"params_mb": [...], ..., "peak_mb": [...]}, one value per device, as dpstudy.engine.memory
-    measures them; raises when the model cannot run on fake tensors (e.g. a custom kernel).
-    `steps` keeps the fake steps already run (by step_key) for the next call."""
+def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None = None) -> dict[str, list[float]]:
+    """{"params_mb": [...], ..., "peak_mb": [...], "allocated_mb": [...]}, one value per device, the
+    parts as dpstudy.engine.memory measures them; raises when the model cannot run on fake tensors
+    (e.g. a custom kernel). `steps` keeps the fake steps already run (by step_key) for the next
+    call; `sizes` are the dataset's (train, test) samples (None: unknown, see allocated)."""
     import torch
 
     from dpstudy.data.store import shape_and_classes
@@ -91,7 +93,31 @@ def predict(spec: dict, steps: dict | None = None) -> dict[str, list[float]]:
         split = {f"{p}_mb": [parts[p]] + [replica[p]] * (devices - 1) for p in PARTS}
         split["activations_mb"][0] += rest_of_batch
         split["peak_mb"] = [sum(split[f"{p}_mb"][d] for p in PARTS) for d in range(devices)]
-    return split
+    return split | {"allocated_mb": allocated(spec, split["peak_mb"], gradient_mb, resident_mb(spec, shape, sizes))}
+
+
+def resident_mb(spec: dict, shape: tuple[int, int, int], sizes: tuple[int, int] | None) -> float | None:
+    """MB a `device` loader keeps on each device it feeds before the step: both splits (uint8
+    images, int64 labels) and this rank's epoch indices; None where the sizes are unknown."""
+    if spec["loader"] != "device":
+        return 0.0
+    if sizes is None:
+        return None
+    train, test = sizes
+    ranks = specs.devices(spec) if specs.one_process_per_device(spec) else 1
+    return ((train + test) * (math.prod(shape) + 8) + math.ceil(train / ranks) * 8) / 2**20
+
+
+def allocated(spec: dict, peaks: list[float], gradient_mb: float, resident: float | None) -> list[float | None]:
+    """The allocator's peak per device: the tracker's step plus what exists before the step and
+    is not the model's or the optimizer's: the loader's resident data (DP: on device 0 only) and
+    DDP's gradient buckets (one copy of the gradients). Not seen: the libraries' workspaces
+    (cuBLAS, cuDNN) and the allocator's rounding, which measurements show (memory_split)."""
+    if resident is None:
+        return [None] * len(peaks)
+    buckets = gradient_mb if spec["mode"] == "ddp" else 0.0
+    fed = [True] * len(peaks) if spec["mode"] != "dp" else [d == 0 for d in range(len(peaks))]
+    return [peak + buckets + (resident if holds else 0.0) for peak, holds in zip(peaks, fed, strict=True)]
 
 
 def tracked_fake_step(
@@ -159,11 +185,14 @@ def fake_process_group(world: int):
         dist.destroy_process_group()
 
 
-def plan_rows(cells: dict[str, dict], budget_gib: float | None = None, log=print) -> list[dict]:
+def plan_rows(
+    cells: dict[str, dict], budget_gib: float | None = None, log=print, sizes: dict | None = None
+) -> list[dict]:
     """The plan's rows for {cell id: spec}; cells of equal specs but for UNPREDICTED settings are
     predicted once, and one fake step serves every cell that runs it (step_key). With
     `budget_gib`, a cell whose fullest device is predicted above it gets its `skip` reason on
-    every row."""
+    every row. `sizes`: {dataset: (train, test) samples or None} (store.split_sizes)."""
+    sizes = sizes or {}
     done: dict[str, dict | str] = {}
     steps: dict = {}
     rows = []
@@ -171,7 +200,7 @@ def plan_rows(cells: dict[str, dict], budget_gib: float | None = None, log=print
         key = setting_key(spec)
         if key not in done:
             try:
-                done[key] = predict(spec, steps)
+                done[key] = predict(spec, steps, sizes.get(spec["dataset"]))
             except Exception as error:  # a model fake tensors cannot run: the plan says why
                 done[key] = f"not predicted: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
             peak = done[key] if isinstance(done[key], str) else f"{max(done[key]['peak_mb']):.1f} MB"

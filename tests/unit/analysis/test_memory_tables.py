@@ -54,3 +54,29 @@ def test_a_prediction_off_by_more_than_the_target_is_flagged_and_no_plan_gives_m
     alone = memory.split_table(memory.measured_rows([rec("single", [20.0])]), None, CELLS)
     assert alone["peak_mb"].tolist() == [20.0] and alone["predicted_peak_mb"].isna().all()
     assert memory.accuracy_table(alone).empty
+
+
+def test_a_cuda_cell_is_checked_against_the_allocator_and_a_cpu_cell_against_the_tracker():
+    cuda = rec("ddp", [10.0, 12.5])
+    # the allocator held more than the tracked tensors: the resident data, the buckets, workspaces
+    cuda[1]["memory"] |= {
+        "allocated_mb": [40.0, 50.0],
+        "reserved_mb": [64.0, 64.0],
+        "context_mb": [500.0, None],
+        "total_mb": [81559.0, 81559.0],
+        "resident_mb": [20.0, 20.0],
+    }
+    plan = PLAN.assign(allocated_mb=[44.0, 45.0, None, 5000.0, 1.0])
+    cells = pd.concat([CELLS, pd.DataFrame({"cell": ["cpu"], "mode": ["single"]})])
+    plan = pd.concat([plan, pd.DataFrame([{"cell": "cpu", "device": 0, "peak_mb": 22.0, "allocated_mb": 30.0}])])
+    split = memory.split_table(memory.measured_rows([cuda, rec("cpu", [20.0])]), plan, cells)
+    ddp = split[split["cell"] == "ddp"]
+    assert ddp["against"].tolist() == ["allocator"] * 2
+    assert ddp["error_pct"].tolist() == pytest.approx([10.0, -10.0])  # 44 vs 40, 45 vs 50
+    assert ddp["context_mb"].iloc[0] == 500 and math.isnan(ddp["context_mb"].iloc[1])
+    cpu = split[split["cell"] == "cpu"].iloc[0]  # no allocator: the tracker's 22 predicted vs its 20
+    assert cpu["against"] == "tracker" and cpu["error_pct"] == pytest.approx(10.0)
+    accuracy = memory.accuracy_table(split).set_index(["against", "mode"])
+    assert accuracy.loc[("allocator", "all"), "devices"] == 2
+    assert accuracy.loc[("tracker", "single"), "median_abs_error_pct"] == pytest.approx(10.0)
+    assert ("tracker", "ddp") not in accuracy.index

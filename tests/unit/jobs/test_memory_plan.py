@@ -37,16 +37,42 @@ def test_dp_puts_the_optimizer_and_the_whole_batch_on_device_0():
     assert dp["peak_mb"][0] > dp["peak_mb"][1]
 
 
+def test_the_allocator_prediction_adds_the_resident_data_and_ddps_buckets():
+    sizes = (1000, 200)  # samples of 1x28x28 uint8 and an int64 label each
+    data_mb = 1200 * (28 * 28 + 8) / 2**20
+    single = memory_plan.predict(LENET, sizes=sizes)
+    assert single["allocated_mb"] == [pytest.approx(single["peak_mb"][0] + data_mb + 1000 * 8 / 2**20)]
+    ddp = memory_plan.predict({**LENET, "mode": "ddp", "gpus": 2, "backend": "gloo"}, sizes=sizes)
+    # each rank: both splits, its half of the epoch's indices, and the buckets (a copy of the gradients)
+    assert ddp["allocated_mb"] == [pytest.approx(ddp["peak_mb"][0] + data_mb + 500 * 8 / 2**20 + PARAMS_MB)] * 2
+    dp = memory_plan.predict({**LENET, "mode": "dp", "gpus": 2}, sizes=sizes)  # one loader, on device 0
+    assert dp["allocated_mb"][1] == pytest.approx(dp["peak_mb"][1])
+    assert dp["allocated_mb"][0] == pytest.approx(dp["peak_mb"][0] + data_mb + 1000 * 8 / 2**20)
+    torch_loader = memory_plan.predict({**LENET, "loader": "torch"}, sizes=sizes)
+    assert torch_loader["allocated_mb"] == [pytest.approx(torch_loader["peak_mb"][0])]
+    assert memory_plan.predict(LENET)["allocated_mb"] == [None]  # a download not yet prepared: unknown
+
+
+def test_split_sizes_of_generated_prepared_and_unprepared_datasets(tmp_path):
+    from dpstudy.data import store
+
+    assert store.split_sizes("synthetic", tmp_path) == (10000, 2000)  # the generator's defaults
+    assert store.split_sizes("synthetic", tmp_path, {"train_size": 64}) == (64, 2000)
+    assert store.split_sizes("mnist", tmp_path) is None  # a download, not prepared
+    store.prepare("synthetic", tmp_path, {"train_size": 48, "test_size": 16})
+    assert store.split_sizes("synthetic", tmp_path, {"train_size": 999}) == (48, 16)  # what was prepared
+
+
 ERROR = "The tensor has a non-zero number of elements, but its data is not allocated yet."
 
 
 def test_the_plan_predicts_each_setting_once_and_says_why_a_cell_was_not(tmp_path, monkeypatch):
     predict = memory_plan.predict
 
-    def custom_kernel(spec, steps=None):  # as a model whose kernel has no fake implementation fails
+    def custom_kernel(spec, steps=None, sizes=None):  # as a model whose kernel has no fake implementation fails
         if spec["model"] == "vgg19":
             raise RuntimeError(ERROR)
-        return predict(spec, steps)
+        return predict(spec, steps, sizes)
 
     monkeypatch.setattr(memory_plan, "predict", custom_kernel)
     cells = {
