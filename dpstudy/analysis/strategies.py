@@ -168,10 +168,12 @@ def join_settings(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     """The settings table's number, repeats and throughput interval of each finished strategy."""
     keys = [*WORKLOAD_KEYS, *STRATEGY_KEYS]
     columns = ["setting", "repeats", "samples_per_s", "samples_per_s_low", "samples_per_s_high"]
-    found = settings.drop_duplicates(subset=keys).set_index(keys)[columns] if not settings.empty else None
-    if found is None:
+    if settings.empty:
         return table.assign(**{c: math.nan for c in columns})
-    return table.join(found, on=keys)
+    found = settings.drop_duplicates(subset=keys)[[*keys, *columns]]
+    # merge, not join on a MultiIndex: pandas 3.0 fails to join on an index level that is all NaN
+    # (a key no setting sets), where merge matches NaN with NaN as join did
+    return table.merge(found, on=keys, how="left", validate="many_to_one").set_axis(table.index)
 
 
 def join_model(table: pd.DataFrame, model: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
