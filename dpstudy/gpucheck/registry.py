@@ -1,4 +1,4 @@
-"""The six checks of `make gpu-check`, in order: the single source of their names, titles, the
+"""The seven checks of `make gpu-check`, in order: the single source of their names, titles, the
 function that runs each, and every figure each reports with its target.
 
 An item's function (in dpstudy.gpucheck.gputests, study or measurements) takes the output
@@ -64,6 +64,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "flop": _flops,
     "ms": lambda v: f"{_number(v)} ms",
     "us": lambda v: f"{_number(v)} µs",
+    "mb": lambda v: f"{_number(v)} MB",
     "bool": lambda v: "yes" if v else "no",
 }
 
@@ -229,6 +230,33 @@ ITEMS: tuple[Item, ...] = (
             Figure("gloo_latency_us", "Gloo latency, smallest size", "us"),
         ),
         timeout_s=900,
+    ),
+    Item(
+        "forecast",
+        "forecasts on one GPU: throughput at batches not calibrated on, memory against the allocator",
+        "dpstudy.gpucheck.forecast:run_forecast",
+        (
+            Figure(
+                "batch_median_error",
+                "throughput forecast from the smallest and largest batch, median absolute error at the others",
+                "share",
+                Target("<=", 0.05),
+            ),
+            Figure("batch_max_error", "the same, largest absolute error", "share"),
+            Figure(
+                "memory_max_error",
+                "memory plan's allocator peak vs max_memory_allocated, largest absolute error",
+                "share",
+                Target("<=", 0.10),
+            ),
+            Figure("memory_median_error", "the same, median absolute error", "share"),
+            Figure("oom_cells", "cells the plan let through that ran out of memory", "count", Target("==", 0)),
+            Figure("reserved_over_allocated", "max_memory_reserved / max_memory_allocated, median", "ratio"),
+            Figure("context_mb", "CUDA context and library buffers (NVML used - reserved), median", "mb"),
+            Figure("single_cv", "largest single-device CV over repeats (CUDA cells)", "share", Target("<=", 0.02)),
+            Figure("wall_s", "study wall time", "duration"),
+        ),
+        timeout_s=1200,
     ),
 )
 

@@ -145,7 +145,7 @@ def test_an_item_without_a_raw_file_reads_not_run(recorded):
     out = recorded("h100-all-pass")
     (out / "raw" / "resnet.json").unlink()
     path, verdicts = summary.write(out)
-    assert [v.verdict for v in verdicts] == ["PASS", "PASS", "PASS", "not run", "PASS", "PASS"]
+    assert [v.verdict for v in verdicts] == ["PASS", "PASS", "PASS", "not run", "PASS", "PASS", "PASS"]
     assert summary.exit_status(verdicts) == 0
     (row,) = [r for (item, _), r in _rows(path.read_text()).items() if item == "resnet"]
     assert row[0] == "not run" and row[2] == "not run" and "≥ 40,000 img/s" in row[1]
@@ -160,7 +160,7 @@ def test_an_item_that_failed_to_run_is_a_failure_with_its_error(recorded):
     raw.update(status="error", error="RuntimeError: NCCL error: unhandled system error", figures={})
     (out / "raw" / "comm.json").write_text(json.dumps(raw))
     path, verdicts = summary.write(out)
-    assert verdicts[-1].verdict == "FAIL" and summary.exit_status(verdicts) == 1
+    assert {v.name: v.verdict for v in verdicts}["comm"] == "FAIL" and summary.exit_status(verdicts) == 1
     assert summary.exit_status(verdicts, ["tests", "loader"]) == 0  # only the items run count
     assert "NCCL error: unhandled system error" in path.read_text()
     assert _gpucheck("--summary-only", "--out", str(out)).returncode == 1
@@ -175,11 +175,24 @@ def test_summary_is_a_pure_function_of_the_raw_files(recorded):
 # ---- (c) the registry ---------------------------------------------------------------------------
 
 
-def test_the_items_are_exactly_the_six_in_order():
-    assert registry.NAMES == ("tests", "study", "loader", "resnet", "grayscale", "comm")
+def test_the_items_are_exactly_the_seven_in_order():
+    assert registry.NAMES == ("tests", "study", "loader", "resnet", "grayscale", "comm", "forecast")
     assert [
         f.target.describe(f.fmt) for i in registry.ITEMS for f in i.figures if f.target and f.target.op != "true"
-    ] == ["≥ 1", "= 0", "≤ 2 %", "≤ 2 %", "≥ 20x", "< 5 %", "≥ 40,000 img/s", "≥ 50 %"]
+    ] == [
+        "≥ 1",
+        "= 0",
+        "≤ 2 %",
+        "≤ 2 %",
+        "≥ 20x",
+        "< 5 %",
+        "≥ 40,000 img/s",
+        "≥ 50 %",
+        "≤ 5 %",
+        "≤ 10 %",
+        "= 0",
+        "≤ 2 %",
+    ]
     for item in registry.ITEMS:  # every function exists (imported, not run)
         module, function = item.function.split(":")
         assert callable(getattr(__import__(module, fromlist=[function]), function))
@@ -430,3 +443,52 @@ def test_worker_records_an_item_that_raises(tmp_path, monkeypatch):
     assert raw["status"] == "error" and "illegal memory access" in raw["error"] and raw["env"]["python"]
     verdict = summary.evaluate(registry.BY_NAME["comm"], raw)
     assert verdict.verdict == "FAIL" and "illegal memory access" in verdict.rows[0].measured
+
+
+def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
+    from dpstudy.gpucheck import forecast
+
+    # a step of 2 ms + 10 µs per sample: the line through batches 128 and 1024 gives 256 and 512
+    # exactly; 512 measured 5 % slower than the line
+    step = {128: 0.00328, 256: 0.00456, 512: 0.00712 * 1.05, 1024: 0.01224}
+    settings = pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "mode": "single",
+                "devices": 1,
+                "env_device": "cuda",
+                "global_batch": b,
+                "samples_per_s": b / s,
+                "noise_cv": 0.01 * (i + 1),
+            }
+            for i, (b, s) in enumerate(step.items())
+        ]
+    )
+    cells = pd.DataFrame({"cell": ["a", "b", "c"], "status": ["ok", "ok", "oom"]})
+    split = pd.DataFrame(
+        {
+            "cell": ["a", "b", "x"],
+            "against": ["allocator", "allocator", "tracker"],
+            "error_pct": [-4.0, 8.0, 50.0],  # the tracker's row is not the allocator check
+            "allocated_mb": [100.0, 200.0, 1.0],
+            "reserved_mb": [120.0, 220.0, None],
+            "context_mb": [500.0, None, None],
+            "resident_mb": [30.0, 30.0, None],
+            "predicted_allocated_mb": [96.0, 216.0, None],
+            "predicted_peak_mb": [60.0, 170.0, 1.5],
+            "peak_mb": [64.0, 160.0, 1.0],
+        }
+    )
+    result = forecast.evaluate({"settings": settings, "cells": cells, "memory_split": split})
+    figures = result["figures"]
+    assert figures["batch_median_error"] == pytest.approx(0.025)  # 0 at 256, 5 % at 512
+    assert figures["batch_max_error"] == pytest.approx(0.05)
+    assert figures["memory_median_error"] == pytest.approx(0.06) and figures["memory_max_error"] == pytest.approx(0.08)
+    assert figures["reserved_over_allocated"] == pytest.approx((1.2 + 1.1) / 2)
+    assert figures["context_mb"] == 500 and figures["oom_cells"] == 1 and figures["single_cv"] == pytest.approx(0.04)
+    assert any("m batch 512: forecast" in note and "+5.0%" in note for note in result["notes"])
+    # an item that measured nothing says why instead of passing
+    empty = forecast.evaluate({"settings": settings.iloc[:2], "cells": cells, "memory_split": split.iloc[2:]})
+    assert "batch_median_error" not in empty["figures"] and "memory_max_error" not in empty["figures"]
+    assert "no CUDA cell" in empty["details"]["memory_median_error"]

@@ -1,0 +1,155 @@
+"""Item 7 of `make gpu-check`: on one GPU, the forecasts checked against cells that ran.
+
+A small study (STUDY: two models, four batch sizes, one device, two repeats, `device: cuda`) runs
+through real Snakemake in a copy of the checkout (its own results/, the default study's left
+alone), up to its tables. Then, from those tables:
+
+- batch forecasts: per model, the single-device step line a + c b through the smallest and the
+  largest batch (dpstudy.analysis.linefit, as dpstudy.analysis.forecast calibrates t1), the
+  throughput it gives at each batch between them against what that batch measured;
+- memory: the memory plan's allocator peak (made before training, on fake tensors) against each
+  cell's max_memory_allocated (memory_split, `against` allocator), and the cells the plan let
+  through that ran out of memory (none may);
+- what the allocator and the driver held beside it: reserved over allocated, the CUDA context;
+- the single-device cells' noise (CV over repeats) on this GPU.
+
+`evaluate(tables)` is pure, so it is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from dpstudy.analysis.linefit import line_fit
+
+REPO = Path.cwd()
+MODELS = ("resnet18", "simplecnn")
+BATCHES = (128, 256, 512, 1024)
+STUDY = {
+    "study": "gpucheck_forecast",
+    "device": "cuda",
+    "datasets": {"synthetic_rgb": {"train_size": 8192, "test_size": 1024}},
+    "defaults": {"epochs": 3, "repeats": 2, "loader": "device", "optimizer": "adam", "lr": 0.001},
+    "bench": {"kernels": False, "comm": False},
+    "sweeps": [
+        {"name": model, "dataset": "synthetic_rgb", "model": model, "grid": {"mode": ["single"], "batch": [*BATCHES]}}
+        for model in MODELS
+    ],
+}
+TABLES = ("settings", "cells", "memory_split")
+# not copied into the study's checkout: outputs, environments, carried wheels
+LEFT_BEHIND = ("results", ".snakemake", ".venv", ".whl", ".git", "__pycache__")
+
+
+def batch_forecasts(settings: pd.DataFrame) -> pd.DataFrame:
+    """Per model, the throughput at each inner batch from the line through the outer two."""
+    single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)].dropna(subset=["samples_per_s"])
+    rows = []
+    for model, own in single.groupby("model"):
+        own = own.sort_values("global_batch")
+        if len(own) < 3:
+            continue
+        ends = own.iloc[[0, -1]]
+        a, c = line_fit(ends["global_batch"], ends["global_batch"] / ends["samples_per_s"])
+        for _, row in own.iloc[1:-1].iterrows():
+            b = float(row["global_batch"])
+            predicted = b / (a + c * b)
+            rows.append(
+                {
+                    "model": model,
+                    "batch": int(b),
+                    "predicted_samples_per_s": predicted,
+                    "measured_samples_per_s": row["samples_per_s"],
+                    "error": predicted / row["samples_per_s"] - 1,
+                    "noise_cv": row["noise_cv"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def evaluate(tables: dict[str, pd.DataFrame]) -> dict:
+    """Figures, details and notes from the study's tables (settings, cells, memory_split). Pure."""
+    settings, cells, split = (tables.get(name) for name in TABLES)
+    figures, details, notes = {}, {}, []
+    forecasts = batch_forecasts(settings) if settings is not None else pd.DataFrame()
+    if len(forecasts):
+        errors = forecasts["error"].abs()
+        figures["batch_median_error"] = float(errors.median())
+        figures["batch_max_error"] = float(errors.max())
+        details["batch_median_error"] = f"{len(forecasts)} inner batches of {forecasts['model'].nunique()} models"
+        notes += [
+            f"{r.model} batch {r.batch}: forecast {r.predicted_samples_per_s:,.0f} vs measured "
+            f"{r.measured_samples_per_s:,.0f} samples/s ({r.error:+.1%}; repeats' CV {r.noise_cv:.1%})"
+            for r in forecasts.itertuples()
+        ]
+    else:
+        details["batch_median_error"] = "no model has three single-device batches measured"
+    on_cuda = settings is not None and "noise_cv" in settings
+    single = settings[(settings["mode"] == "single") & (settings["env_device"] == "cuda")] if on_cuda else None
+    single = single.dropna(subset=["noise_cv"]) if on_cuda else None
+    if on_cuda and len(single):
+        figures["single_cv"] = float(single["noise_cv"].max())
+        details["single_cv"] = f"largest of {len(single)} settings (median {single['noise_cv'].median():.2%})"
+    figures["oom_cells"] = int((cells["status"] == "oom").sum()) if cells is not None else None
+    checked = split[split["against"] == "allocator"] if split is not None and "against" in split else pd.DataFrame()
+    if len(checked):
+        errors = checked["error_pct"].abs() / 100
+        figures["memory_median_error"] = float(errors.median())
+        figures["memory_max_error"] = float(errors.max())
+        figures["reserved_over_allocated"] = float((checked["reserved_mb"] / checked["allocated_mb"]).median())
+        if checked["context_mb"].notna().any():
+            figures["context_mb"] = float(checked["context_mb"].median())
+        details["memory_median_error"] = (
+            f"{len(checked)} devices; plan allocator peak vs max_memory_allocated, resident data "
+            f"{checked['resident_mb'].median():.1f} MB median"
+        )
+        notes += [
+            f"{r.cell}: predicted {r.predicted_allocated_mb:,.1f} MB (tracker {r.predicted_peak_mb:,.1f}) vs allocated "
+            f"{r.allocated_mb:,.1f} (tracker {r.peak_mb:,.1f}), reserved {r.reserved_mb:,.1f}, context "
+            f"{r.context_mb:,.0f} MB ({r.error_pct:+.1f} %)"
+            for r in checked.itertuples()
+        ]
+    else:
+        details["memory_median_error"] = "no CUDA cell with both the plan's allocator peak and a measured one"
+    return {"figures": figures, "details": details, "notes": notes, "data": {"forecasts": forecasts.to_dict("records")}}
+
+
+def run_forecast(out: Path) -> dict:
+    """STUDY through Snakemake in out/study (a copy of the checkout), then evaluate its tables."""
+    workdir = out / "study"
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    shutil.copytree(REPO, workdir, ignore=shutil.ignore_patterns(*LEFT_BEHIND), symlinks=True)
+    (workdir / "study.json").write_text(json.dumps(STUDY))
+    targets = [f"results/tables/{name}.csv" for name in TABLES]
+    cores = len(os.sched_getaffinity(0))
+    # the targets first: --resources takes every word after it
+    command = [sys.executable, "-m", "snakemake", *targets, "--configfile", "study.json", "--cores", str(cores)]
+    command += ["--resources", "gpu=1"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    print("[gpu-check] " + " ".join(command), flush=True)
+    started = time.time()
+    proc = subprocess.run(command, cwd=workdir, env={**env, "PYTHONUNBUFFERED": "1"})
+    wall = time.time() - started
+    paths = {name: workdir / path for name, path in zip(TABLES, targets, strict=True)}
+    tables = {name: pd.read_csv(path) for name, path in paths.items() if path.exists()}
+    if "settings" not in tables:
+        raise RuntimeError(f"Snakemake ended (exit status {proc.returncode}) without the study's tables; see above")
+    result = evaluate(tables)
+    result["figures"]["wall_s"] = wall
+    raw = out / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name in TABLES:
+        if name in tables:
+            shutil.copyfile(workdir / f"results/tables/{name}.csv", raw / f"forecast_{name}.csv")
+            files.append(f"raw/forecast_{name}.csv")
+    return {**result, "files": files, "params": {"command": command[1:], "study": STUDY}}
