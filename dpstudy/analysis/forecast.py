@@ -26,7 +26,9 @@ largest calibrated n, hidden is the nearest n's, and each collective follows the
 at the nearest world size (latency x (n - 1), bytes x its bus factor over the bus bandwidth). Each
 forecast says which (`how`: interpolated or extrapolated, `basis`).
 
-Memory per device: dpstudy.analysis.memory_forecast's line in the per-device batch. The 95 %
+Memory per device: dpstudy.analysis.memory_forecast's line in the per-device batch, plus on CUDA
+the median of what the allocator held beyond the tracked step (`outside`: workspaces, resident
+data, buckets), so that it forecasts max_memory_allocated. The 95 %
 interval of a forecast is exp(+-1.96 sigma) around it, sigma the model's log error on settings held
 out (dpstudy.analysis.predictions, which makes the table), widened by 1 + the log2-distance to the
 calibrated world sizes and batches when extrapolating, and by one more where an FSDP strategy
@@ -129,6 +131,9 @@ class Workload:
                 for s, b, n, mb in zip(multi["strategy"], multi["global_batch"], multi["devices"], multi["memory_mb"])
             ],
         )
+        # the allocator's peak beyond the tracker's (CUDA): added unsharded to every memory forecast
+        outside = pd.concat([frame.get("outside_mb", pd.Series(dtype=float)) for frame in (single, multi)]).dropna()
+        self.outside = float(outside.median()) if len(outside) else 0.0
         self.calibrated: dict[tuple[str, str, int], dict] = {}
         for (strategy, backend, n), rows in multi.groupby(["strategy", "backend", "devices"]):
             share, hidden = [], []
@@ -205,7 +210,7 @@ class Workload:
             distance += 1  # another strategy's overlap: as uncertain as a doubling of the world size
         return {
             "predicted_samples_per_s": global_batch / step,
-            "predicted_memory_mb": self.memory.at(b, n, strategy),
+            "predicted_memory_mb": self.memory.at(b, n, strategy) + self.outside,
             "predicted_speedup": self.t1(global_batch) / step,
             "how": "extrapolated" if extrapolated else "interpolated",
             "basis": "; ".join(basis),

@@ -8,8 +8,11 @@ DDP keeps beyond one device (its reducer's buckets, about one more gradient); an
 `fixed` / n, its shard, and what FSDP keeps beyond it (the units it has gathered). Each strategy's
 extra is the median over its calibrating settings of their peak above that base; a strategy none
 of whose settings measured memory adds nothing, and says so in the basis. Without single-device
-memory, the line through the DDP settings alone. The figure is the tracker's: what an allocator
-reserves beside it (a CUDA context, the caching allocator's rounding) is not in it.
+memory, the line through the DDP settings alone. The line is the tracker's; on CUDA the
+allocator holds more at the same step (library workspaces, a `device` loader's data, DDP's buckets:
+max_memory_allocated beyond the tracked peak, `outside_tracker`), which does not shard or grow
+with the batch: dpstudy.analysis.forecast adds the workload's median of it to every forecast, so
+that a CUDA forecast is of what the allocator holds. The CUDA context is outside both.
 """
 
 from __future__ import annotations
@@ -28,7 +31,22 @@ def setting_memory(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Ser
     if split is None or split.empty:
         return pd.Series(math.nan, index=settings.index)
     fullest = split.dropna(subset=["peak_mb"]).groupby("cell")["peak_mb"].max()
-    return pd.Series([fullest.reindex(ids.split()).median() for ids in settings["cells"]], index=settings.index)
+    return _per_setting(settings, fullest)
+
+
+def outside_tracker(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Series:
+    """Per setting: MB the CUDA allocator held at the measured step beyond the tracker's peak
+    (allocated_mb - peak_mb, the largest over a cell's devices), the median over its cells; NaN
+    where no cell has an allocator peak (CPU cells, records made before it was recorded)."""
+    if split is None or split.empty or "allocated_mb" not in split:
+        return pd.Series(math.nan, index=settings.index)
+    both = split.dropna(subset=["peak_mb", "allocated_mb"])
+    gap = (both["allocated_mb"] - both["peak_mb"]).groupby(both["cell"]).max()
+    return _per_setting(settings, gap)
+
+
+def _per_setting(settings: pd.DataFrame, per_cell: pd.Series) -> pd.Series:
+    return pd.Series([per_cell.reindex(ids.split()).median() for ids in settings["cells"]], index=settings.index)
 
 
 def sharded(strategy: str) -> bool:

@@ -3,7 +3,7 @@ model's error on this study), then the forecasts the study's `predict:` block as
 (dpstudy.study.predict), each by dpstudy.analysis.forecast's model of its workload.
 
 Per row: throughput and speedup over one device, memory per device (the fullest device's step
-peak by PyTorch's tracker), each forecast with a 95 % interval; how it was reached (`how`,
+peak: on CUDA the allocator's, max_memory_allocated; elsewhere PyTorch's tracker's), each forecast with a 95 % interval; how it was reached (`how`,
 `basis`); for a held-out setting what it measured and the errors (predicted / measured - 1). The
 intervals' sigma is the RMS of the held-out log errors, never below the settings' own noise for
 throughput: a model cannot be checked to better than its inputs scatter.
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, strategy_of
-from dpstudy.analysis.memory_forecast import setting_memory
+from dpstudy.analysis.memory_forecast import outside_tracker, setting_memory
 
 COLUMNS = (
     *FORECAST_GROUP,
@@ -50,10 +50,14 @@ def calibration_inputs(
     settings: pd.DataFrame, cells: pd.DataFrame, split: pd.DataFrame | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(single-device settings, DDP and FSDP settings over 2+ ranks with their `strategy`
-    (forecast.strategy_of) and the medians of their cells' probes), both with `memory_mb`
+    (forecast.strategy_of) and the medians of their cells' probes), both with `memory_mb`, the
+    tracker's peak, `outside_mb`, what a CUDA allocator held beyond it, and `held_mb`, their sum
     (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN
     without it)."""
-    settings = settings.assign(memory_mb=setting_memory(settings, split))
+    outside = outside_tracker(settings, split)
+    memory_mb = setting_memory(settings, split)
+    # held_mb: what the device held, the allocator's peak on CUDA, the tracker's elsewhere
+    settings = settings.assign(memory_mb=memory_mb, outside_mb=outside, held_mb=memory_mb + outside.fillna(0.0))
     single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
     multi = settings[settings["mode"].isin(["ddp", "fsdp"]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
@@ -110,8 +114,8 @@ def held_out_rows(single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame)
                     "source": "leave-one-out",
                     "measured_samples_per_s": held_out["samples_per_s"],
                     "error": made["predicted_samples_per_s"] / held_out["samples_per_s"] - 1,
-                    "measured_memory_mb": held_out["memory_mb"],
-                    "memory_error": made["predicted_memory_mb"] / held_out["memory_mb"] - 1,
+                    "measured_memory_mb": held_out["held_mb"],
+                    "memory_error": made["predicted_memory_mb"] / held_out["held_mb"] - 1,
                     "noise_cv": held_out["noise_cv"],
                 }
             )
