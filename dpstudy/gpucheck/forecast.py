@@ -8,8 +8,10 @@ alone), up to its tables. Then, from those tables:
   largest batch (dpstudy.analysis.linefit, as dpstudy.analysis.forecast calibrates t1), the
   throughput it gives at each batch between them against what that batch measured;
 - memory: the memory plan's allocator peak (made before training, on fake tensors) against each
-  cell's max_memory_allocated (memory_split, `against` allocator), and the cells the plan let
-  through that ran out of memory (none may);
+  cell's max_memory_allocated (memory_split, `against` allocator); then the forecast as
+  dpstudy.analysis.forecast makes it, the plan plus what the allocator held beyond it on the
+  model's other batches (their median: the library workspaces no fake step sees); and the cells
+  the plan let through that ran out of memory (none may);
 - what the allocator and the driver held beside it: reserved over allocated, the CUDA context;
 - the single-device cells' noise (CV over repeats) on this GPU.
 
@@ -75,6 +77,20 @@ def batch_forecasts(settings: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def calibrated_memory(checked: pd.DataFrame, cells: pd.DataFrame) -> pd.Series:
+    """Per row of `checked` (memory_split rows against the allocator): the plan's allocator peak
+    plus the median of (measured - planned) over the same model's other batches, relative error
+    against max_memory_allocated; NaN where the model ran no other batch."""
+    rows = checked.merge(cells[["cell", "model", "batch"]], on="cell", how="left")
+    gap = rows["allocated_mb"] - rows["predicted_allocated_mb"]
+    errors = []
+    for index, row in rows.iterrows():
+        others = gap[(rows["model"] == row["model"]) & (rows["batch"] != row["batch"])]
+        predicted = row["predicted_allocated_mb"] + others.median() if len(others) else float("nan")
+        errors.append(predicted / row["allocated_mb"] - 1)
+    return pd.Series(errors, index=checked.index)
+
+
 def evaluate(tables: dict[str, pd.DataFrame]) -> dict:
     """Figures, details and notes from the study's tables (settings, cells, memory_split). Pure."""
     settings, cells, split = (tables.get(name) for name in TABLES)
@@ -104,6 +120,10 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> dict:
         errors = checked["error_pct"].abs() / 100
         figures["memory_median_error"] = float(errors.median())
         figures["memory_max_error"] = float(errors.max())
+        calibrated = calibrated_memory(checked, cells).abs().dropna()
+        if len(calibrated):
+            figures["memory_forecast_median_error"] = float(calibrated.median())
+            figures["memory_forecast_max_error"] = float(calibrated.max())
         figures["reserved_over_allocated"] = float((checked["reserved_mb"] / checked["allocated_mb"]).median())
         if checked["context_mb"].notna().any():
             figures["context_mb"] = float(checked["context_mb"].median())

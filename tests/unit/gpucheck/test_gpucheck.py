@@ -465,7 +465,9 @@ def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
             for i, (b, s) in enumerate(step.items())
         ]
     )
-    cells = pd.DataFrame({"cell": ["a", "b", "c"], "status": ["ok", "ok", "oom"]})
+    cells = pd.DataFrame(
+        {"cell": ["a", "b", "c", "x"], "status": ["ok", "ok", "oom", "ok"], "model": "m", "batch": [64, 128, 256, 64]}
+    )
     split = pd.DataFrame(
         {
             "cell": ["a", "b", "x"],
@@ -486,6 +488,10 @@ def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
     assert figures["batch_max_error"] == pytest.approx(0.05)
     assert figures["memory_median_error"] == pytest.approx(0.06) and figures["memory_max_error"] == pytest.approx(0.08)
     assert figures["reserved_over_allocated"] == pytest.approx((1.2 + 1.1) / 2)
+    # the forecast: the plan plus the other batch's excess (a: 96 + (200 - 216) = 80 vs 100;
+    # b: 216 + (100 - 96) = 220 vs 200)
+    assert figures["memory_forecast_median_error"] == pytest.approx(0.15)
+    assert figures["memory_forecast_max_error"] == pytest.approx(0.20)
     assert figures["context_mb"] == 500 and figures["oom_cells"] == 1 and figures["single_cv"] == pytest.approx(0.04)
     assert any("m batch 512: forecast" in note and "+5.0%" in note for note in result["notes"])
     # an item that measured nothing says why instead of passing
