@@ -3,9 +3,10 @@ model's error on this study), then the forecasts the study's `predict:` block as
 (dpstudy.study.predict), each by dpstudy.analysis.forecast's model of its workload.
 
 Per row: throughput and speedup over one device, memory per device (the fullest device's step
-peak: on CUDA the allocator's, max_memory_allocated; elsewhere PyTorch's tracker's), each forecast with a 95 % interval; how it was reached (`how`,
-`basis`); for a held-out setting what it measured and the errors (predicted / measured - 1). The
-intervals' sigma is the RMS of the held-out log errors, never below the settings' own noise for
+peak: on CUDA the allocator's, max_memory_allocated; elsewhere PyTorch's tracker's), each forecast
+with a 95 % interval; how it was reached (`how`, `basis`); for a held-out setting what it
+measured and the errors (predicted / measured - 1). The intervals' sigma is the RMS of the
+held-out log errors, never below the settings' own noise for
 throughput: a model cannot be checked to better than its inputs scatter.
 """
 

@@ -84,7 +84,7 @@ def calibrated_memory(checked: pd.DataFrame, cells: pd.DataFrame) -> pd.Series:
     rows = checked.merge(cells[["cell", "model", "batch"]], on="cell", how="left")
     gap = rows["allocated_mb"] - rows["predicted_allocated_mb"]
     errors = []
-    for index, row in rows.iterrows():
+    for _, row in rows.iterrows():
         others = gap[(rows["model"] == row["model"]) & (rows["batch"] != row["batch"])]
         predicted = row["predicted_allocated_mb"] + others.median() if len(others) else float("nan")
         errors.append(predicted / row["allocated_mb"] - 1)
