@@ -43,6 +43,14 @@ PARTS = tuple(part.removesuffix("_mb") for part in MEMORY_PARTS if part != "peak
 # allocated_mb: what the CUDA allocator will hold at the step's peak (see predict)
 PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "allocated_mb", "reason", "skip")
 GIB = 1024  # MB per GiB
+# What a CUDA process holds beyond the allocator's tensors: the CUDA context and the libraries'
+# buffers (record memory.context_mb: 758-760 MB on an H100 under torch 2.11 and CUDA 13), and the
+# cuDNN and cuBLAS workspaces no fake step sees (77-167 MB beyond allocated_mb on the same cells;
+# `make gpu-check`, item forecast). Rounded up for other devices and drivers.
+CUDA_RUNTIME_MB = 1024
+# The caching allocator rounds every block up and keeps segments that later blocks fragment: what
+# it must find free is more than the peak it hands out.
+FRAGMENTATION = 0.10
 
 
 # Settings no prediction depends on: the plan predicts eager (compile), on fake tensors over a
@@ -209,7 +217,7 @@ def plan_rows(
         if isinstance(split, str):
             rows.append({"cell": cell, "device": None, "reason": split, "skip": None})
             continue
-        skip = over_budget(max(split["peak_mb"]), budget_gib) if budget_gib is not None else None
+        skip = over_budget(*need_mb(spec, split), budget_gib) if budget_gib is not None else None
         for device in range(len(split["peak_mb"])):
             parts = {k: v[device] for k, v in split.items()}
             rows.append({"cell": cell, "device": device, **parts, "reason": None, "skip": skip})
@@ -223,11 +231,24 @@ def write_plan(rows: Iterable[dict], path: str) -> None:
         writer.writerows(rows)
 
 
-def over_budget(peak_mb: float, budget_gib: float) -> str | None:
-    """The skipped record's reason when a cell's predicted peak does not fit `budget_gib` per device."""
-    if peak_mb <= budget_gib * GIB:
+def need_mb(spec: dict, split: dict[str, list]) -> tuple[float, str]:
+    """What the cell's fullest device must have free (MB), and what it is made of: the allocator's
+    predicted peak (the tracker's where the data's size is unknown) with its fragmentation margin,
+    and outside device: cpu the CUDA context and workspaces."""
+    held = [p if a is None else a for a, p in zip(split["allocated_mb"], split["peak_mb"], strict=True)]
+    peak = max(held)
+    runtime = 0.0 if spec["device"] == "cpu" else CUDA_RUNTIME_MB
+    parts = f"allocator peak {peak / GIB:.2f} GiB + {FRAGMENTATION:.0%}"
+    if runtime:
+        parts += f" + {runtime / GIB:.2f} GiB CUDA context and workspaces"
+    return peak * (1 + FRAGMENTATION) + runtime, parts
+
+
+def over_budget(need: float, parts: str, budget_gib: float) -> str | None:
+    """The skipped record's reason when a cell's predicted need does not fit `budget_gib` per device."""
+    if need <= budget_gib * GIB:
         return None
-    return f"predicted {peak_mb / GIB:.2f} GiB > {budget_gib:g} GiB per device {BUDGET_MARK}"
+    return f"predicted {need / GIB:.2f} GiB ({parts}) > {budget_gib:g} GiB per device {BUDGET_MARK}"
 
 
 def skip_reason(path: str, cell: str) -> str | None:

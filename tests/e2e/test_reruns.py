@@ -264,7 +264,9 @@ def test_a_cell_predicted_not_to_fit_the_memory_budget_is_skipped_and_a_new_budg
     snakemake(checkout, "--cores", "1", f"results/cells/{cell}/record.json", config=one)
     rec = json.loads((checkout / f"results/cells/{cell}/record.json").read_text())
     assert rec["status"] == "skipped" and re.fullmatch(
-        r"predicted 0\.00 GiB > 0\.001 GiB per device \(study memory_budget_gib, memory plan\)", rec["reason"]
+        r"predicted 1\.00 GiB \(allocator peak 0\.00 GiB \+ 10% \+ 1\.00 GiB CUDA context and workspaces\) > 0\.001 "
+        r"GiB per device \(study memory_budget_gib, memory plan\)",
+        rec["reason"],
     )
     assert "running:" not in (checkout / f"results/cells/{cell}/train.log").read_text()  # never launched
     jobs = dry_run(checkout, {**one, "memory_budget_gib": 8}, f"results/cells/{cell}/record.json")

@@ -91,10 +91,21 @@ def test_the_plan_predicts_each_setting_once_and_says_why_a_cell_was_not(tmp_pat
     budgeted = memory_plan.plan_rows(cells, budget_gib=0.004, log=lines.append)  # 4.1 MB
     skip = budgeted[0]["skip"]
     assert rows[0]["peak_mb"] > 4.1 and skip == budgeted[1]["skip"]
+    # device auto may run on CUDA: the need is the peak, 10 % for the allocator's fragmentation and
+    # 1 GiB for the CUDA context and workspaces (the dataset's size is not given: the tracker's peak)
     gib = rows[0]["peak_mb"] / 1024
-    assert skip == f"predicted {gib:.2f} GiB > 0.004 GiB per device (study memory_budget_gib, memory plan)"
+    assert skip == (
+        f"predicted {gib * 1.1 + 1:.2f} GiB (allocator peak {gib:.2f} GiB + 10% + 1.00 GiB CUDA context and "
+        "workspaces) > 0.004 GiB per device (study memory_budget_gib, memory plan)"
+    )
     assert budgeted[2]["skip"] is None  # not predicted: launched
-    assert memory_plan.plan_rows(cells, budget_gib=1.0, log=lines.append)[0]["skip"] is None
+    assert memory_plan.plan_rows(cells, budget_gib=1.0, log=lines.append)[0]["skip"] == skip.replace("0.004", "1")
+    assert memory_plan.plan_rows(cells, budget_gib=1.01, log=lines.append)[0]["skip"] is None
+    on_cpu = {cell: {**spec, "device": "cpu"} for cell, spec in cells.items()}  # no CUDA context to hold
+    assert memory_plan.plan_rows(on_cpu, budget_gib=1.1 * gib, log=lines.append)[0]["skip"] is None
+    assert memory_plan.plan_rows(on_cpu, budget_gib=1.09 * gib, log=lines.append)[0]["skip"].startswith(
+        f"predicted {gib * 1.1:.2f} GiB (allocator peak {gib:.2f} GiB + 10%) > "
+    )
     path = tmp_path / "plan" / "memory.csv"
     memory_plan.write_plan(budgeted, str(path))
     assert memory_plan.skip_reason(str(path), "a-r1") == skip
