@@ -47,9 +47,16 @@ rule collect:
         floor=lambda wildcards, input: ["--floor", *input.floor] if input.floor else [],
         # the study's predict: block, as the forecasts to make (a new one reruns collect alone)
         predict=json.dumps(predict.requests(STUDY), sort_keys=True),
+        # what a forecast must fit in: the study's budget (a new one reruns collect alone)
+        budget=(
+            ["--memory-budget-gib", str(STUDY["memory_budget_gib"])]
+            if STUDY["memory_budget_gib"]
+            else []
+        ),
     shell:
         f"python scripts/collect.py --records {{input.records:q}} --out-dir {outputs.TABLES_DIR}"
         " {params.comm:q} --memory-plan {input.plan:q} {params.floor:q} --predict {params.predict:q}"
+        " {params.budget:q}"
         " > {log:q} 2>&1"
 
 

@@ -64,6 +64,7 @@ def summarise(
     comm: pd.DataFrame | None = None,
     floor: pd.DataFrame | None = None,
     requests: list[dict] | None = None,
+    budget_gib: float | None = None,
 ) -> dict[str, pd.DataFrame]:
     """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.analysis.stats),
     "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
@@ -76,14 +77,15 @@ def summarise(
     floor runs (`floor`, dpstudy.analysis.floor.floor_table; None: the study measured none);
     "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit);
     "predictions", every measured DDP and FSDP setting forecast from the others and the forecasts `requests`
-    asks for (dpstudy.study.predict.requests; dpstudy.analysis.predictions)."""
+    asks for (dpstudy.study.predict.requests; dpstudy.analysis.predictions), each held against
+    `budget_gib` (the study's memory_budget_gib) or the CUDA device's memory (capacity)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
     model = scaling.model(cells, epochs, comm)
     model_by_setting = scaling.settings_model(model, settings)
     floor = machine_floor.floor_table([]) if floor is None else floor
     fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
-    forecasts = predictions.predictions(settings, cells, fits, requests or [], tables["memory_split"])
+    forecasts = predictions.predictions(settings, cells, fits, requests or [], tables["memory_split"], budget_gib)
     ranked = strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"])
     return {
         **tables,

@@ -17,6 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from dpstudy.analysis import capacity
 from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, strategy_of
 from dpstudy.analysis.memory_forecast import outside_tracker, setting_memory
 
@@ -41,6 +42,10 @@ COLUMNS = (
     "error",
     "measured_memory_mb",
     "memory_error",
+    # will it fit (dpstudy.analysis.capacity)
+    "need_mb",
+    "capacity_mb",
+    "fits",
 )
 PROBES = ("sync_step_s", "nosync_step_s", "grad_bytes")  # the probe's fields a forecast needs
 # and those it reads where recorded (older probes lack them): the layout, the interleaved exposed time
@@ -124,7 +129,7 @@ def held_out_rows(single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame)
     if table.empty:
         return pd.DataFrame(columns=[*COLUMNS, "noise_cv"])
     with_intervals(table, *sigmas(table))
-    return table[[*COLUMNS, "noise_cv"]]
+    return table.reindex(columns=[*COLUMNS, "noise_cv"])
 
 
 def model_sigma(errors: pd.Series, noise_cv: pd.Series | None = None) -> float:
@@ -198,7 +203,7 @@ def requested(
         made = table[forecast_rows].copy()
         with_intervals(made, *sigma)
         table.loc[forecast_rows, made.columns] = made
-    return table[list(COLUMNS)]
+    return table.reindex(columns=list(COLUMNS))
 
 
 def predictions(
@@ -207,8 +212,10 @@ def predictions(
     fits: pd.DataFrame,
     requests: list[dict],
     split: pd.DataFrame | None = None,
+    budget_gib: float | None = None,
 ) -> pd.DataFrame:
-    """The `predictions` table: leave_one_out's rows, then the requested forecasts."""
+    """The `predictions` table: leave_one_out's rows, then the requested forecasts, each with
+    whether it fits (dpstudy.analysis.capacity; `budget_gib`: the study's memory_budget_gib)."""
     single, multi = calibration_inputs(settings, cells, split)
     held_out = held_out_rows(single, multi, fits)
     if held_out.empty:  # nothing held out to check the model on: the settings' own noise alone
@@ -217,4 +224,5 @@ def predictions(
         sigma = sigmas(held_out)
     forecasts = requested(single, multi, fits, requests, sigma)
     frames = [frame for frame in (held_out[list(COLUMNS)], forecasts) if not frame.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))
+    return capacity.with_fit(table, split, budget_gib)[list(COLUMNS)]

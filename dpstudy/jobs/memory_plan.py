@@ -231,6 +231,14 @@ def write_plan(rows: Iterable[dict], path: str) -> None:
         writer.writerows(rows)
 
 
+def need_of(peak_mb: float, on_cuda: bool, context_mb: float | None = None) -> float:
+    """What a device must have free for a step whose allocator peak is `peak_mb`: the peak with the
+    fragmentation margin and, on CUDA, the context and workspaces (a measured context_mb where one
+    is known, whose workspaces a forecast's peak already holds; else CUDA_RUNTIME_MB)."""
+    runtime = (CUDA_RUNTIME_MB if context_mb is None else context_mb) if on_cuda else 0.0
+    return peak_mb * (1 + FRAGMENTATION) + runtime
+
+
 def need_mb(spec: dict, split: dict[str, list]) -> tuple[float, str]:
     """What the cell's fullest device must have free (MB), and what it is made of: the allocator's
     predicted peak (the tracker's where the data's size is unknown) with its fragmentation margin,
@@ -241,7 +249,7 @@ def need_mb(spec: dict, split: dict[str, list]) -> tuple[float, str]:
     parts = f"allocator peak {peak / GIB:.2f} GiB + {FRAGMENTATION:.0%}"
     if runtime:
         parts += f" + {runtime / GIB:.2f} GiB CUDA context and workspaces"
-    return peak * (1 + FRAGMENTATION) + runtime, parts
+    return need_of(peak, on_cuda=bool(runtime)), parts
 
 
 def over_budget(need: float, parts: str, budget_gib: float) -> str | None:

@@ -16,9 +16,10 @@ INTRO = (
     "(from the other settings of its kind at n, or DDP's where none of its kind ran), plus the "
     "communication backward did not hide: DDP's all-reduce of each bucket, FSDP's all-gather and "
     "reduce-scatter of each unit, each priced by the latency + size / bandwidth fit of comm_bench's "
-    "sweep. Memory per device is the fullest device's step peak by PyTorch's tracker, a line in the "
-    "per-device batch through the single-device settings (the model's state divided by n under "
-    "FSDP) plus what the strategy holds beyond them, not what an allocator reserves beside it. The "
+    "sweep. Memory per device is the fullest device's step peak, a line in the per-device batch "
+    "through the single-device settings by PyTorch's tracker (the model's state divided by n under "
+    "FSDP) plus what the strategy holds beyond them and, on CUDA, what the allocator held beyond the "
+    "tracker on the measured cells (workspaces, resident data): a forecast of max_memory_allocated. The "
     "95 % interval is the model's own leave-one-out error on this study (at least the settings' "
     "noise), wider where it extrapolates."
 )
@@ -48,6 +49,14 @@ def memory(r, measured: bool) -> str:
     return told
 
 
+def fit(r) -> str:
+    """ "; fits 80 GiB (needs 12.3)" / "; does **not** fit 80 GiB (needs 93.1)" ("" where unknown)."""
+    if pd.isna(r.get("fits")):
+        return ""
+    need, room = significant(r["need_mb"] / 1024), f"{r['capacity_mb'] / 1024:.3g}"
+    return f"; {'fits' if r['fits'] else 'does **not** fit'} {room} GiB (needs {need})"
+
+
 def line(r) -> str:
     how = extrapolation(r)
     return (
@@ -64,8 +73,41 @@ def requested_line(r) -> str:
     return (
         f"{head(r)}: {significant(r['predicted_samples_per_s'])} samples/s (95 % "
         f"{significant(r['predicted_low'])}-{significant(r['predicted_high'])}), "
-        f"{r['predicted_speedup']:.2f}x one device{memory(r, False)}{how}."
+        f"{r['predicted_speedup']:.2f}x one device{memory(r, False)}{fit(r)}{how}."
     )
+
+
+def fitting_counts(asked: pd.DataFrame) -> str:
+    """Per forecast workload, strategy and batch with a capacity: from which device count it fits,
+    or that it fits at none or at every count forecast ("" where no forecast knows a capacity)."""
+    known = asked.dropna(subset=["fits"])
+    sentences = []
+    keys = ["dataset", "model", "mode", "shard", "backend", "global_batch"]
+    for _, group in known.groupby([k for k in keys if k in known], dropna=False, sort=True):
+        group = group.sort_values("devices")
+        counts = [int(n) for n in group["devices"]]
+        fitting = [int(n) for n, ok in zip(group["devices"], group["fits"], strict=True) if ok]
+        first = group.iloc[0]
+        what = f"{head(first).removeprefix('- ').rsplit(' on ', 1)[0]} at batch {int(first['global_batch'])}"
+        if not fitting:
+            told = f"fits at none of {listing(counts)} devices"
+        elif len(fitting) == len(counts):
+            told = f"fits at every count forecast ({listing(counts)} devices)"
+        else:
+            told = f"fits at {listing(fitting)} of {listing(counts)} devices"
+        sentences.append(f"{what} {told}")
+    if not sentences:
+        return ""
+    room = f"{known['capacity_mb'].iloc[0] / 1024:.3g}"
+    return (
+        f"Will it fit in {room} GiB per device (the forecast memory + 10 % and, on CUDA, the context): "
+        + "; ".join(sentences)
+        + "."
+    )
+
+
+def listing(counts: list[int]) -> str:
+    return ", ".join(str(n) for n in counts)
 
 
 def forecasts(tables: Tables) -> str:
@@ -76,7 +118,10 @@ def forecasts(tables: Tables) -> str:
     if asked.empty:
         return checked
     lines = ["Forecasts of settings not run (the study's `predict:`; the interval is the error above):", ""]
-    return "\n".join([checked, "", *lines, *(requested_line(r) for _, r in asked.iterrows())])
+    fitting = fitting_counts(asked)
+    return "\n".join(
+        [checked, "", *lines, *(requested_line(r) for _, r in asked.iterrows()), *(["", fitting] * bool(fitting))]
+    )
 
 
 def held_out(table) -> str:

@@ -181,3 +181,18 @@ def test_memory_per_device_is_told_beside_the_throughput_where_it_was_forecast()
         in text
     )
     assert "1.10x one device; memory 41.0 MB per device (95 % 38.0-44.0)." in text
+
+
+def test_each_forecast_says_whether_it_fits_and_from_which_count():
+    asked = {**HELD_OUT_256, "source": "predict", "how": "interpolated", "capacity_mb": 80 * 1024}
+    rows = [
+        {**asked, "devices": n, "predicted_memory_mb": mb, "need_mb": mb * 1.1 + 760, "fits": mb * 1.1 + 760 <= 81920}
+        for n, mb in ((2, 90_000.0), (4, 60_000.0), (8, 30_000.0))
+    ]
+    text = findings.forecasts({"predictions": predictions([HELD_OUT_256, *rows])})
+    assert "; does **not** fit 80 GiB (needs 97.4)." in text  # 90,000 MB + 10 % + 760 MB
+    assert "; fits 80 GiB (needs 65.2)." in text
+    assert "synthetic/lenet, DDP (gloo) at batch 256 fits at 4, 8 of 2, 4, 8 devices." in text
+    unknown = [{**row, "fits": None, "capacity_mb": None} for row in rows]  # a CPU study without a budget
+    text = findings.forecasts({"predictions": predictions([HELD_OUT_256, *unknown])})
+    assert "fit" not in text.split("Forecasts of settings not run")[1]
