@@ -45,6 +45,12 @@ def outside_tracker(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Se
     return _per_setting(settings, gap)
 
 
+def held_memory(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Series:
+    """Per setting: what its fullest device held at the step, the allocator's peak on CUDA (the
+    tracker's plus outside_tracker), the tracker's elsewhere: what a forecast of it is checked on."""
+    return setting_memory(settings, split) + outside_tracker(settings, split).fillna(0.0)
+
+
 def _per_setting(settings: pd.DataFrame, per_cell: pd.Series) -> pd.Series:
     return pd.Series([per_cell.reindex(ids.split()).median() for ids in settings["cells"]], index=settings.index)
 

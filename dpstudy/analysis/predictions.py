@@ -19,7 +19,7 @@ import pandas as pd
 
 from dpstudy.analysis import capacity
 from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, strategy_of
-from dpstudy.analysis.memory_forecast import outside_tracker, setting_memory
+from dpstudy.analysis.memory_forecast import held_memory, outside_tracker, setting_memory
 
 COLUMNS = (
     *FORECAST_GROUP,
@@ -60,10 +60,11 @@ def calibration_inputs(
     tracker's peak, `outside_mb`, what a CUDA allocator held beyond it, and `held_mb`, their sum
     (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN
     without it)."""
-    outside = outside_tracker(settings, split)
-    memory_mb = setting_memory(settings, split)
-    # held_mb: what the device held, the allocator's peak on CUDA, the tracker's elsewhere
-    settings = settings.assign(memory_mb=memory_mb, outside_mb=outside, held_mb=memory_mb + outside.fillna(0.0))
+    settings = settings.assign(
+        memory_mb=setting_memory(settings, split),
+        outside_mb=outside_tracker(settings, split),
+        held_mb=held_memory(settings, split),
+    )
     single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
     multi = settings[settings["mode"].isin(["ddp", "fsdp"]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)

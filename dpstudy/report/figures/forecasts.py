@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from dpstudy.analysis.memory_forecast import setting_memory
+from dpstudy.analysis.memory_forecast import held_memory
+from dpstudy.jobs.memory_plan import FRAGMENTATION
 from dpstudy.report.figures.layout import MARKERS, Tables, figure, finish, labelled, message, settings_of
+from dpstudy.report.text import significant
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -21,7 +23,7 @@ KINDS = ("measured", "leave-one-out", "forecast", "forecast, extrapolated")
 # the figure's rows: (value, low, high) columns of points() and the axis label
 METRICS = {
     "speedup": (("speedup", "low", "high"), "speedup vs one device"),
-    "memory": (("memory", "memory_low", "memory_high"), "MB per device (step's peak, tracker)"),
+    "memory": (("memory", "memory_low", "memory_high"), "MB per device (step's peak; CUDA: allocated)"),
 }
 POINT_COLUMNS = ["workload", "variant", "global_batch", "devices", "kind"]
 POINT_COLUMNS += [c for columns, _ in METRICS.values() for c in columns]
@@ -38,7 +40,8 @@ def points(tables: Tables) -> pd.DataFrame:
             columns=["workload", "variant", "global_batch", "devices", "speedup", "low", "high", "kind"]
         )
     # one node (the model forecasts no other); a table from before FSDP was forecast has no shard
-    table = labelled(table.assign(nodes=1, shard=table.get("shard", "none")).fillna({"shard": "none"}))
+    shard = table["shard"].astype(object).where(table["shard"].notna(), "none") if "shard" in table else "none"
+    table = labelled(table.assign(nodes=1, shard=shard))
     ratio = table["predicted_speedup"] / table["predicted_samples_per_s"]
     kind = np.where(
         table["source"] == "leave-one-out",
@@ -61,7 +64,7 @@ def points(tables: Tables) -> pd.DataFrame:
         }
     )
     settings = settings_of(tables)
-    settings = settings.assign(memory=setting_memory(settings, tables.get("memory_split")))
+    settings = settings.assign(memory=held_memory(settings, tables.get("memory_split")))
     ddp = settings[settings["mode"].isin(["ddp", "fsdp"]) & settings["workload"].isin(made["workload"])]
     measured = pd.DataFrame(
         {
@@ -114,6 +117,8 @@ def forecasts(tables: Tables) -> Figure:
             if held["memory_error"].notna().any():
                 error += f", memory {held['memory_error'].abs().median() * 100:.1f} %"
         ax.set_title(f"{name}\n{error}", fontsize=9)
+        if "memory" in rows:
+            capacity_line(axes[rows.index("memory"), column], held_of(tables["predictions"], name))
     legend(fig, colours, markers)
     return finish(fig, title, cells)
 
@@ -168,6 +173,28 @@ def draw_workload(ax, data: pd.DataFrame, metric: str, colours: dict, markers: d
     ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
     ax.set_xlabel("devices")
     ax.set_ylabel(label)
+
+
+def held_of(predictions: pd.DataFrame, workload: str) -> pd.DataFrame:
+    return predictions[predictions["dataset"] + "/" + predictions["model"] == workload]
+
+
+def capacity_line(ax, rows: pd.DataFrame) -> None:
+    """The largest memory per device that fits (dpstudy.analysis.capacity: the capacity less the
+    context, over 1 + the fragmentation margin) as a line on the memory axis: a point above it does
+    not fit. Nothing where no capacity is known."""
+    known = rows.dropna(subset=["capacity_mb", "need_mb", "predicted_memory_mb"]) if "fits" in rows else rows.iloc[:0]
+    if known.empty:
+        return
+    row = known.iloc[0]
+    context = row["need_mb"] - row["predicted_memory_mb"] * (1 + FRAGMENTATION)
+    limit = (row["capacity_mb"] - context) / (1 + FRAGMENTATION)
+    told = f"fits below {significant(limit)} MB ({row['capacity_mb'] / 1024:.3g} GiB per device)"
+    if limit > 3 * ax.get_ylim()[1]:  # far above every point: said, not drawn, so the points stay legible
+        ax.text(0.02, 0.97, told + ": every point fits", transform=ax.transAxes, va="top", fontsize=7, color="0.35")
+        return
+    ax.axhline(limit, color="0.35", ls="-.", lw=0.9)
+    ax.annotate(told, (0.02, limit), xycoords=("axes fraction", "data"), va="bottom", fontsize=7, color="0.35")
 
 
 def legend(fig, colours: dict, markers: dict) -> None:

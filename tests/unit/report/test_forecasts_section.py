@@ -196,3 +196,24 @@ def test_each_forecast_says_whether_it_fits_and_from_which_count():
     unknown = [{**row, "fits": None, "capacity_mb": None} for row in rows]  # a CPU study without a budget
     text = findings.forecasts({"predictions": predictions([HELD_OUT_256, *unknown])})
     assert "fit" not in text.split("Forecasts of settings not run")[1]
+
+
+def test_the_memory_axis_shows_up_to_where_a_forecast_fits(forecast_tables):
+    # a device of 40 MB and a context of 2 MB: a forecast fits below (40 - 2) / 1.1 = 34.5 MB
+    table = forecast_tables["predictions"]
+    forecast_tables["predictions"] = table.assign(
+        capacity_mb=40.0, need_mb=table["predicted_memory_mb"] * 1.1 + 2.0, fits=table["predicted_memory_mb"] < 34.5
+    )
+    fig = plots.FIGURES["forecasts.png"](forecast_tables)
+    memory_ax = fig.axes[1]
+    (limit,) = [line.get_ydata()[0] for line in memory_ax.lines if line.get_linestyle() == "-."]
+    assert limit == pytest.approx(38 / 1.1)
+    assert any("fits below 34.5 MB (0.0391 GiB per device)" in t.get_text() for t in memory_ax.texts)
+    plt.close(fig)
+    # an 80 GB device: far above every point, said in words, not drawn
+    forecast_tables["predictions"] = forecast_tables["predictions"].assign(capacity_mb=81_920.0)
+    fig = plots.FIGURES["forecasts.png"](forecast_tables)
+    memory_ax = fig.axes[1]
+    assert not [line for line in memory_ax.lines if line.get_linestyle() == "-."]
+    assert any(t.get_text().endswith("(80 GiB per device): every point fits") for t in memory_ax.texts)
+    plt.close(fig)
