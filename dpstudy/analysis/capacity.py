@@ -1,5 +1,5 @@
 """Will a forecast setting fit? Its predicted memory per device with the margins the memory plan's
-budget uses (dpstudy.jobs.memory_plan.need_of: the allocator's fragmentation and, on CUDA, the
+budget uses (dpstudy.study.budget.need_of: the allocator's fragmentation and, on CUDA, the
 context), against what a device offers: the study's memory_budget_gib where it sets one, else on
 CUDA the smallest device its cells recorded (memory_split's total_mb); a CPU study without a budget
 has no capacity to compare with, and its rows say nothing (NA).
@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from dpstudy.jobs.memory_plan import GIB, need_of
+from dpstudy.study.budget import GIB, need_of
 
 
 def measured(split: pd.DataFrame | None, column: str, how: str) -> float:

@@ -36,21 +36,13 @@ from collections.abc import Iterable
 
 from dpstudy.record.fields import BUDGET_MARK, MEMORY_PARTS
 from dpstudy.study import spec as specs
+from dpstudy.study.budget import CUDA_RUNTIME_MB, FRAGMENTATION, GIB, need_of
 from dpstudy.util.atomic import atomic_output
 
 # the record's memory parts (params_mb ... peak_mb), one source with dpstudy.engine.memory's split
 PARTS = tuple(part.removesuffix("_mb") for part in MEMORY_PARTS if part != "peak_mb")
 # allocated_mb: what the CUDA allocator will hold at the step's peak (see predict)
 PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "allocated_mb", "reason", "skip")
-GIB = 1024  # MB per GiB
-# What a CUDA process holds beyond the allocator's tensors: the CUDA context and the libraries'
-# buffers (record memory.context_mb: 758-760 MB on an H100 under torch 2.11 and CUDA 13), and the
-# cuDNN and cuBLAS workspaces no fake step sees (77-167 MB beyond allocated_mb on the same cells;
-# `make gpu-check`, item forecast). Rounded up for other devices and drivers.
-CUDA_RUNTIME_MB = 1024
-# The caching allocator rounds every block up and keeps segments that later blocks fragment: what
-# it must find free is more than the peak it hands out.
-FRAGMENTATION = 0.10
 
 
 # Settings no prediction depends on: the plan predicts eager (compile), on fake tensors over a
@@ -229,14 +221,6 @@ def write_plan(rows: Iterable[dict], path: str) -> None:
         writer = csv.DictWriter(f, fieldnames=PLAN_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-
-
-def need_of(peak_mb: float, on_cuda: bool, context_mb: float | None = None) -> float:
-    """What a device must have free for a step whose allocator peak is `peak_mb`: the peak with the
-    fragmentation margin and, on CUDA, the context and workspaces (a measured context_mb where one
-    is known, whose workspaces a forecast's peak already holds; else CUDA_RUNTIME_MB)."""
-    runtime = (CUDA_RUNTIME_MB if context_mb is None else context_mb) if on_cuda else 0.0
-    return peak_mb * (1 + FRAGMENTATION) + runtime
 
 
 def need_mb(spec: dict, split: dict[str, list]) -> tuple[float, str]:

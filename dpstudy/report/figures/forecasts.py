@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis.memory_forecast import held_memory
-from dpstudy.jobs.memory_plan import FRAGMENTATION
 from dpstudy.report.figures.layout import MARKERS, Tables, figure, finish, labelled, message, settings_of
 from dpstudy.report.text import significant
+from dpstudy.study.budget import FRAGMENTATION
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -30,7 +30,7 @@ def test_a_cuda_forecast_needs_its_margin_and_the_measured_context_within_the_sm
 
 
 def test_without_a_measured_context_a_cuda_forecast_counts_the_plans_allowance():
-    # 76 GiB = 77,824 MB: 70,000 + 10 % + the 1,024 MB allowance (memory_plan.CUDA_RUNTIME_MB) does not
+    # 76 GiB = 77,824 MB: 70,000 + 10 % + the 1,024 MB allowance (study.budget.CUDA_RUNTIME_MB) does not
     # fit; with the 759 MB context the cells measured it does
     table = capacity.with_fit(ROWS.iloc[:1], SPLIT.assign(context_mb=None), 76.0)
     assert table["need_mb"].iloc[0] == pytest.approx(70_000 * 1.1 + 1024) and not table["fits"].iloc[0]
