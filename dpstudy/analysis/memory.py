@@ -10,7 +10,9 @@ memory_split: one row per cell and device (DP: each GPU; ddp, fsdp: each rank) o
   measurement (`against` tracker: on a CPU there is no allocator peak to check it with).
 memory_accuracy: per kind of comparison (`against`) and mode, and for all modes together
   ("all"), over the devices with both numbers: how many, the median and the largest |error_pct|,
-  and whether every one is within the target (the issue's 15 %).
+  and whether every one is within the target (the issue's 15 %); beside them the medians of the
+  step's activations (tracker) and, on a CPU, of how much the process's resident memory grew over
+  the step (rss_growth_mb: what the tracker cannot see there, the C allocator's caching included).
 memory_spread: how a strategy spreads a step's memory over its devices, per mode, sharding and
   device count over the finished multi-device cells with a measured split: the fullest device's
   peak over the emptiest's (`imbalance`: DP's device 0 holds the batch and the optimizer) and the
@@ -26,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from dpstudy.analysis.baseline import Baselines
-from dpstudy.record.fields import ALLOCATOR_PARTS, MEMORY_PARTS
+from dpstudy.record.fields import ALLOCATOR_PARTS, HOST_PARTS, MEMORY_PARTS
 
 TARGET_PCT = 15.0  # the prediction's target: within 15 % of the measured peak
 PREDICTED = tuple(f"predicted_{part}" for part in (*MEMORY_PARTS, "allocated_mb"))
@@ -36,6 +38,7 @@ SPLIT_COLUMNS = (
     "device",
     *MEMORY_PARTS,
     *ALLOCATOR_PARTS,
+    *HOST_PARTS,
     *PREDICTED,
     "against",
     "error_pct",
@@ -61,12 +64,16 @@ ACCURACY_COLUMNS = (
     "max_abs_error_pct",
     "target_pct",
     "within_target",
+    # beside a comparison against the tracker (CPU): the step's activations by the tracker and how
+    # much the process's resident memory grew over the same step (medians over the devices)
+    "activations_mb",
+    "rss_growth_mb",
 )
 
 
 def measured_rows(records: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """Each record's memory split, one row per device (records without one give none)."""
-    parts = (*MEMORY_PARTS, *ALLOCATOR_PARTS)  # a CPU cell's record has no allocator parts: NaN
+    parts = (*MEMORY_PARTS, *ALLOCATOR_PARTS, *HOST_PARTS)  # a part a record lacks: NaN
     rows = [
         {"cell": rec["cell"], "device": device, **{part: _part(rec["memory"], part, device) for part in parts}}
         for _, rec in records
@@ -123,6 +130,8 @@ def accuracy_table(split: pd.DataFrame) -> pd.DataFrame:
             "max_abs_error_pct": part["error_pct"].abs().max(),
             "target_pct": TARGET_PCT,
             "within_target": bool((part["error_pct"].abs() <= TARGET_PCT).all()),
+            "activations_mb": part["activations_mb"].median(),
+            "rss_growth_mb": part["rss_growth_mb"].median(),
         }
         for (against, mode), part in groups
     ]

@@ -18,8 +18,10 @@ keeps resident, DDP's gradient buckets) are not counted. On CUDA the same step i
 the allocator and the driver (record.fields.ALLOCATOR_PARTS): max_memory_allocated holds those
 tensors too, max_memory_reserved the caching allocator's segments, and the process's memory in
 NVML beyond them is the CUDA context and the libraries' own buffers; `resident_mb` says how much of
-the allocated memory is a `device` loader's data. The step is one more training step after the
-last evaluation, so the record's numbers do not change.
+the allocated memory is a `device` loader's data. On a CPU, with no allocator peak to read, the
+process's resident memory over the step is (HOST_PARTS: its peak, reset before the step, minus
+what it held before). The step is one more training step after the last evaluation, so the
+record's numbers do not change.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import math
 
 import torch
 
-from dpstudy.engine.monitor import process_used_mb
-from dpstudy.record.fields import ALLOCATOR_PARTS
+from dpstudy.engine.monitor import process_used_mb, reset_rss_peak, rss_kib
+from dpstudy.record.fields import ALLOCATOR_PARTS, HOST_PARTS
 
 PARTS = {
     "params": ("PARAM", "BUFFER", "SHARDED_PARAM", "UNSHARDED_PARAM", "ALL_GATHER"),
@@ -105,26 +107,41 @@ def allocator_step(devices: list[int], step, loaders) -> tuple[object, list[dict
     return result, views
 
 
+def host_step(step) -> tuple[object, dict[str, float | None]]:
+    """Run `step()` with this process's peak resident memory reset before it (a CPU cell): its
+    result, and how much the resident memory grew over it (record.fields.HOST_PARTS)."""
+    reset = reset_rss_peak()
+    before = rss_kib("VmRSS")
+    result = step()
+    peak = rss_kib("VmHWM")
+    growth = (peak - before) / 1024 if reset and peak is not None and before is not None else None
+    return result, {"rss_growth_mb": growth}
+
+
 def measure(trainer) -> dict[str, list[float]]:
     """Every rank's split of one training step, gathered in rank order (see the docstring); a
     device the tracker saw nothing on is None:
     {"params_mb": [...], "grads_mb": [...], "optimizer_mb": [...], "activations_mb": [...],
     "peak_mb": [...]}, one value per device (DP: each of its GPUs); on CUDA also the
-    ALLOCATOR_PARTS of the same step."""
+    ALLOCATOR_PARTS of the same step, on a CPU its HOST_PARTS."""
     par = trainer.par
     x, y = next(iter(trainer.train_data))
     trainer.model.train()
     cuda = par.devices()
     loaders = (trainer.train_data, trainer.test_data)
-    per_device, views = allocator_step(
-        cuda, lambda: tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y)), loaders
-    )
+
+    def step():
+        return tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y))
+
+    if cuda:
+        per_device, views = allocator_step(cuda, step, loaders)
+    else:
+        per_device, host = host_step(step)
+        views = [host]
     devices = cuda or [None]  # None: the CPU
     mine = [per_device.get(torch.device("cuda", d) if d is not None else torch.device("cpu")) for d in devices]
-    keys = [*PARTS, "peak"]
-    if cuda:  # every rank of a cell drives CUDA or none does: the gathered lists line up
-        keys += [part.removesuffix("_mb") for part in ALLOCATOR_PARTS]
-    views = views or [{}] * len(devices)
+    # every rank of a cell drives CUDA or none does: the gathered lists line up
+    keys = [*PARTS, "peak", *(part.removesuffix("_mb") for part in (ALLOCATOR_PARTS if cuda else HOST_PARTS))]
     values = [v for part, view in zip(mine, views, strict=True) for v in _row(part, view)]
     gathered = [None if math.isnan(v) else v for v in par.all_gather_floats(values)]  # None: JSON's null
     return {f"{k}_mb": gathered[i :: len(keys)] for i, k in enumerate(keys)}
@@ -133,4 +150,4 @@ def measure(trainer) -> dict[str, list[float]]:
 def _row(part: dict | None, view: dict) -> list[float]:
     """One device's tracker parts and peak, then its allocator view, NaN for what is unknown."""
     tracker = [part[k] if part else math.nan for k in (*PARTS, "peak")]
-    return tracker + [math.nan if view[k] is None else view[k] for k in ALLOCATOR_PARTS if view]
+    return tracker + [math.nan if value is None else value for value in view.values()]

@@ -42,6 +42,26 @@ def process_used_mb(device: int) -> float | None:
     return nvml.query(read, None)
 
 
+def rss_kib(field: str) -> int | None:
+    """VmRSS, VmHWM (peak) ... of this process in KiB, from /proc/self/status; None elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next((line for line in f if line.startswith(f"{field}:")), None)
+    except OSError:
+        return None
+    return int(line.split()[1]) if line else None
+
+
+def reset_rss_peak() -> bool:
+    """Set this process's peak resident memory (VmHWM) to its current one (Linux: clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
 def reset_peaks(devices: list[int]) -> None:
     for i in devices:
         torch.cuda.reset_peak_memory_stats(i)

@@ -88,6 +88,10 @@ ALLOCATOR_PARTS = (
     "total_mb",  # the device's memory
     "resident_mb",  # the data a `device` loader keeps on the device (train and test splits)
 )
+# CPU cells, where no allocator keeps a peak: how much the process's resident memory grew over the
+# same step (its peak, VmHWM after /proc/self/clear_refs reset it, minus VmRSS before the step), in
+# MB, one per rank; None where the kernel does not allow the reset.
+HOST_PARTS = ("rss_growth_mb",)
 
 # record.probe (dpstudy.engine.probe writes it, dpstudy.analysis.scaling reads it): the parts of a
 # step the scaling model needs, by mode, and how the probe ran. The one definition of its fields:
@@ -174,7 +178,8 @@ RECORD_SCHEMA = {
             "required": list(MEMORY_PARTS),
             "additionalProperties": False,
             "properties": {
-                part: {"type": "array", "items": _maybe_number} for part in (*MEMORY_PARTS, *ALLOCATOR_PARTS)
+                part: {"type": "array", "items": _maybe_number}
+                for part in (*MEMORY_PARTS, *ALLOCATOR_PARTS, *HOST_PARTS)
             },
         },
     },

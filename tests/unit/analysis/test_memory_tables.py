@@ -69,7 +69,9 @@ def test_a_cuda_cell_is_checked_against_the_allocator_and_a_cpu_cell_against_the
     plan = PLAN.assign(allocated_mb=[44.0, 45.0, None, 5000.0, 1.0])
     cells = pd.concat([CELLS, pd.DataFrame({"cell": ["cpu"], "mode": ["single"]})])
     plan = pd.concat([plan, pd.DataFrame([{"cell": "cpu", "device": 0, "peak_mb": 22.0, "allocated_mb": 30.0}])])
-    split = memory.split_table(memory.measured_rows([cuda, rec("cpu", [20.0])]), plan, cells)
+    cpu = rec("cpu", [20.0])
+    cpu[1]["memory"]["rss_growth_mb"] = [6.5]  # the process's resident memory over the step
+    split = memory.split_table(memory.measured_rows([cuda, cpu]), plan, cells)
     ddp = split[split["cell"] == "ddp"]
     assert ddp["against"].tolist() == ["allocator"] * 2
     assert ddp["error_pct"].tolist() == pytest.approx([10.0, -10.0])  # 44 vs 40, 45 vs 50
@@ -79,4 +81,7 @@ def test_a_cuda_cell_is_checked_against_the_allocator_and_a_cpu_cell_against_the
     accuracy = memory.accuracy_table(split).set_index(["against", "mode"])
     assert accuracy.loc[("allocator", "all"), "devices"] == 2
     assert accuracy.loc[("tracker", "single"), "median_abs_error_pct"] == pytest.approx(10.0)
+    assert accuracy.loc[("tracker", "single"), "rss_growth_mb"] == 6.5
+    assert accuracy.loc[("tracker", "single"), "activations_mb"] == 17.0  # rec(): the peak less 3 MB of state
+    assert math.isnan(accuracy.loc[("allocator", "all"), "rss_growth_mb"])
     assert ("tracker", "ddp") not in accuracy.index

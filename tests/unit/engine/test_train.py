@@ -403,7 +403,10 @@ def test_memory_split_is_recorded_and_predicted_before_training(parity_runs):
     params_mb = models.cost("lenet", 1, 28)["params"] * 4 / 2**20
     for name, rec in parity_runs.items():
         measured, world = rec["memory"], rec["env"]["world_size"]
-        assert set(measured) == set(record.MEMORY_PARTS) and all(len(v) == world for v in measured.values())
+        # CPU cells: the tracker's parts and, every rank, how much its resident memory grew over the step
+        assert set(measured) == {*record.MEMORY_PARTS, *record.HOST_PARTS}
+        assert all(len(v) == world for v in measured.values())
+        assert all(0 <= growth < 1024 for growth in measured["rss_growth_mb"]), measured["rss_growth_mb"]
         for rank in range(world):
             parts = sum(measured[p][rank] for p in record.MEMORY_PARTS if p != "peak_mb")
             assert measured["peak_mb"][rank] == pytest.approx(parts)

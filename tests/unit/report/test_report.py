@@ -298,6 +298,15 @@ def test_memory_split_and_its_prediction_are_phrased_from_their_tables(strategy_
     worse = changed(strategy_tables, "memory_accuracy", lambda t: t["mode"] == "all", max_abs_error_pct=31.0)
     worse = changed(worse, "memory_accuracy", lambda t: t["mode"] == "all", within_target=False)
     assert "and at most 31.0 % over 22 devices, **not** within the 15 % target" in findings.memory(worse)
+    # a CPU study: the tracker against itself, said so, with the process's resident memory beside it
+    cpu = changed(strategy_tables, "memory_accuracy", lambda t: t["mode"] == "all", rss_growth_mb=6.5)
+    cpu = changed(cpu, "memory_accuracy", lambda t: t["mode"] == "all", activations_mb=17.25, against="tracker")
+    text = findings.memory(cpu)
+    assert "Against the tracker's own measurement of the step (no allocator peak exists on a CPU" in text
+    assert (
+        "Over the same step the process's resident memory grew by a median 6.50 MB, beside the 17.2 MB of "
+        "activations the tracker counted" in text
+    )
 
 
 def test_utilisation_when_sampled_or_not(grid, tmp_path):
