@@ -12,6 +12,9 @@ alone), up to its tables. Then, from those tables:
   dpstudy.analysis.forecast makes it, the plan plus what the allocator held beyond it on the
   model's other batches (their median: the library workspaces no fake step sees); and the cells
   the plan let through that ran out of memory (none may);
+- the edge cell: resnet18 at the largest batch whose need (the plan's allocator peak with the
+  budget's margins, dpstudy.study.budget) is at most EDGE_SHARE of this GPU's memory: it must run
+  without running out of memory (edge_sweep picks the batch on this host before the study runs);
 - what the allocator and the driver held beside it: reserved over allocated, the CUDA context;
 - the single-device cells' noise (CV over repeats) on this GPU.
 
@@ -47,6 +50,8 @@ STUDY = {
     ],
 }
 TABLES = ("settings", "cells", "memory_split")
+EDGE_SHARE = 0.9  # the edge cell's predicted need, as a share of the device's memory
+EDGE_STEP = 256  # its batch: a multiple of this
 # not copied into the study's checkout: outputs, environments, carried wheels
 LEFT_BEHIND = ("results", ".snakemake", ".venv", ".whl", ".git", "__pycache__")
 
@@ -55,7 +60,7 @@ def batch_forecasts(settings: pd.DataFrame) -> pd.DataFrame:
     """Per model, the throughput at each inner batch from the line through the outer two."""
     single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)].dropna(subset=["samples_per_s"])
     rows = []
-    for model, own in single.groupby("model"):
+    for (_, model), own in single.groupby(["dataset", "model"]):
         own = own.sort_values("global_batch")
         if len(own) < 3:
             continue
@@ -81,20 +86,77 @@ def calibrated_memory(checked: pd.DataFrame, cells: pd.DataFrame) -> pd.Series:
     """Per row of `checked` (memory_split rows against the allocator): the plan's allocator peak
     plus the median of (measured - planned) over the same model's other batches, relative error
     against max_memory_allocated; NaN where the model ran no other batch."""
-    rows = checked.merge(cells[["cell", "model", "batch"]], on="cell", how="left")
+    rows = checked.merge(cells[["cell", "dataset", "model", "batch"]], on="cell", how="left")
     gap = rows["allocated_mb"] - rows["predicted_allocated_mb"]
     errors = []
     for _, row in rows.iterrows():
-        others = gap[(rows["model"] == row["model"]) & (rows["batch"] != row["batch"])]
+        same = (rows["dataset"] == row["dataset"]) & (rows["model"] == row["model"])
+        others = gap[same & (rows["batch"] != row["batch"])]
         predicted = row["predicted_allocated_mb"] + others.median() if len(others) else float("nan")
         errors.append(predicted / row["allocated_mb"] - 1)
     return pd.Series(errors, index=checked.index)
 
 
-def evaluate(tables: dict[str, pd.DataFrame]) -> dict:
-    """Figures, details and notes from the study's tables (settings, cells, memory_split). Pure."""
+def edge_sweep(total_mb: float, predict=None) -> dict:
+    """The edge cell's sweep, dataset and predicted need on a device of `total_mb`: resnet18 on
+    1x28x28 images (`synthetic`, twice the batch to train on, so that every step is a full batch)
+    at the largest multiple of EDGE_STEP whose need is at most EDGE_SHARE of the device. The plan's
+    allocator peak is a line in the batch: two fake steps (`predict`, memory_plan.predict) give it,
+    and the resident data is added for each batch's own dataset size."""
+    from dpstudy.jobs import memory_plan
+    from dpstudy.study.budget import need_of
+    from dpstudy.study.spec import complete
+
+    predict = predict or memory_plan.predict
+    base = {"dataset": "synthetic", "model": "resnet18", "mode": "single", "device": "cuda", "optimizer": "adam"}
+    step = {b: predict(complete({**base, "batch": b, "loader": "torch"}))["peak_mb"][0] for b in (256, 512)}
+    per_sample = (step[512] - step[256]) / 256
+    test = 1024
+
+    def need(batch: int) -> float:
+        train = 2 * batch
+        resident = ((train + test) * (28 * 28 + 8) + train * 8) / 2**20  # memory_plan.resident_mb
+        return need_of(step[256] + per_sample * (batch - 256) + resident, on_cuda=True)
+
+    batch = EDGE_STEP
+    while need(batch + EDGE_STEP) <= EDGE_SHARE * total_mb:
+        batch += EDGE_STEP
+    sweep = {
+        "name": "edge",
+        "dataset": "synthetic",
+        "model": "resnet18",
+        "grid": {"mode": ["single"], "batch": [batch]},
+        "set": {"repeats": 1, "epochs": 2},
+    }
+    return {"sweep": sweep, "dataset": {"train_size": 2 * batch, "test_size": test}, "need_mb": need(batch)}
+
+
+def edge_figures(cells: pd.DataFrame, split: pd.DataFrame | None, edge: dict, total_mb: float) -> dict:
+    """edge_ok (the edge cell ran to its record, no out-of-memory), edge_share (what its
+    allocator held over the device's memory) and their details. Pure."""
+    batch = edge["sweep"]["grid"]["batch"][0]
+    mine = cells[(cells["dataset"] == "synthetic") & (cells["batch"] == batch)]
+    status = mine["status"].iloc[0] if len(mine) else "missing"
+    figures = {"edge_ok": status == "ok"}
+    details = {
+        "edge_ok": f"resnet18 batch {batch}: {status}; predicted need {edge['need_mb'] / 1024:.1f} GiB of "
+        f"{total_mb / 1024:.1f} GiB ({edge['need_mb'] / total_mb:.0%})"
+    }
+    held = split[split["cell"].isin(mine["cell"])]["allocated_mb"].dropna() if split is not None else []
+    if len(held):
+        figures["edge_share"] = float(held.max() / total_mb)
+    return {"figures": figures, "details": details}
+
+
+def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb: float | None = None) -> dict:
+    """Figures, details and notes from the study's tables (settings, cells, memory_split), and of
+    the edge cell where `edge` (edge_sweep) and the device's `total_mb` are given. Pure."""
     settings, cells, split = (tables.get(name) for name in TABLES)
     figures, details, notes = {}, {}, []
+    if edge is not None and cells is not None:
+        made = edge_figures(cells, split, edge, total_mb)
+        figures.update(made["figures"])
+        details.update(made["details"])
     forecasts = batch_forecasts(settings) if settings is not None else pd.DataFrame()
     if len(forecasts):
         errors = forecasts["error"].abs()
@@ -148,7 +210,16 @@ def run_forecast(out: Path) -> dict:
     if workdir.exists():
         shutil.rmtree(workdir)
     shutil.copytree(REPO, workdir, ignore=shutil.ignore_patterns(*LEFT_BEHIND), symlinks=True)
-    (workdir / "study.json").write_text(json.dumps(STUDY))
+    import torch
+
+    total_mb = torch.cuda.get_device_properties(0).total_memory / 2**20
+    edge = edge_sweep(total_mb)
+    study = {
+        **STUDY,
+        "datasets": {**STUDY["datasets"], "synthetic": edge["dataset"]},
+        "sweeps": [*STUDY["sweeps"], edge["sweep"]],
+    }
+    (workdir / "study.json").write_text(json.dumps(study))
     targets = [f"results/tables/{name}.csv" for name in TABLES]
     cores = len(os.sched_getaffinity(0))
     # the targets first: --resources takes every word after it
@@ -163,7 +234,7 @@ def run_forecast(out: Path) -> dict:
     tables = {name: pd.read_csv(path) for name, path in paths.items() if path.exists()}
     if "settings" not in tables:
         raise RuntimeError(f"Snakemake ended (exit status {proc.returncode}) without the study's tables; see above")
-    result = evaluate(tables)
+    result = evaluate(tables, edge, total_mb)
     result["figures"]["wall_s"] = wall
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
@@ -172,4 +243,4 @@ def run_forecast(out: Path) -> dict:
         if name in tables:
             shutil.copyfile(workdir / f"results/tables/{name}.csv", raw / f"forecast_{name}.csv")
             files.append(f"raw/forecast_{name}.csv")
-    return {**result, "files": files, "params": {"command": command[1:], "study": STUDY}}
+    return {**result, "files": files, "params": {"command": command[1:], "study": study}}

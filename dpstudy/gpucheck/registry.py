@@ -254,6 +254,13 @@ ITEMS: tuple[Item, ...] = (
             Figure("memory_max_error", "the plan alone (no cell read), largest absolute error", "share"),
             Figure("memory_median_error", "the plan alone, median absolute error", "share"),
             Figure("oom_cells", "cells the plan let through that ran out of memory", "count", Target("==", 0)),
+            Figure(
+                "edge_ok",
+                "the edge cell (resnet18 at the largest batch predicted to need <= 90 % of the GPU)",
+                "bool",
+                Target("true", text="ran, no out-of-memory"),
+            ),
+            Figure("edge_share", "the edge cell's max_memory_allocated / the GPU's memory", "share"),
             Figure("reserved_over_allocated", "max_memory_reserved / max_memory_allocated, median", "ratio"),
             Figure("context_mb", "CUDA context and library buffers (NVML used - reserved), median", "mb"),
             Figure("single_cv", "largest single-device CV over repeats (CUDA cells)", "share", Target("<=", 0.02)),

@@ -454,6 +454,7 @@ def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
     settings = pd.DataFrame(
         [
             {
+                "dataset": "d",
                 "model": "m",
                 "mode": "single",
                 "devices": 1,
@@ -466,7 +467,13 @@ def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
         ]
     )
     cells = pd.DataFrame(
-        {"cell": ["a", "b", "c", "x"], "status": ["ok", "ok", "oom", "ok"], "model": "m", "batch": [64, 128, 256, 64]}
+        {
+            "cell": ["a", "b", "c", "x"],
+            "status": ["ok", "ok", "oom", "ok"],
+            "dataset": "d",
+            "model": "m",
+            "batch": [64, 128, 256, 64],
+        }
     )
     split = pd.DataFrame(
         {
@@ -498,3 +505,38 @@ def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
     empty = forecast.evaluate({"settings": settings.iloc[:2], "cells": cells, "memory_split": split.iloc[2:]})
     assert "batch_median_error" not in empty["figures"] and "memory_max_error" not in empty["figures"]
     assert "no CUDA cell" in empty["details"]["memory_median_error"]
+
+
+def test_the_edge_cell_is_the_largest_batch_predicted_to_need_at_most_90_percent_of_the_gpu():
+    from dpstudy.gpucheck import forecast
+    from dpstudy.study.budget import need_of
+
+    def predict(spec):  # a step of 100 MB + 2 MB per sample, as the fake step would give
+        assert spec["model"] == "resnet18" and spec["loader"] == "torch" and spec["device"] == "cuda"
+        return {"peak_mb": [100.0 + 2.0 * spec["batch"]]}
+
+    edge = forecast.edge_sweep(16_000.0, predict)
+    batch = edge["sweep"]["grid"]["batch"][0]
+    assert batch % forecast.EDGE_STEP == 0 and edge["sweep"]["set"] == {"repeats": 1, "epochs": 2}
+    assert edge["dataset"] == {"train_size": 2 * batch, "test_size": 1024}
+
+    def need(b):  # the step, both splits of 1x28x28 uint8 with int64 labels and the epoch's indices
+        return need_of(100 + 2 * b + ((2 * b + 1024) * 792 + 2 * b * 8) / 2**20, on_cuda=True)
+
+    assert edge["need_mb"] == pytest.approx(need(batch))
+    assert need(batch) <= 0.9 * 16_000 < need(batch + forecast.EDGE_STEP)
+    # its figures: ran or not, and the share of the device its allocator held
+    cells = pd.DataFrame(
+        {
+            "cell": ["e", "other"],
+            "dataset": ["synthetic", "synthetic_rgb"],
+            "batch": [batch, batch],
+            "status": ["ok", "oom"],
+        }
+    )
+    split = pd.DataFrame({"cell": ["e", "other"], "allocated_mb": [12_000.0, 15_000.0]})
+    made = forecast.edge_figures(cells, split, edge, 16_000.0)
+    assert made["figures"] == {"edge_ok": True, "edge_share": pytest.approx(0.75)}
+    assert made["details"]["edge_ok"].startswith(f"resnet18 batch {batch}: ok; predicted need")
+    ran_out = forecast.edge_figures(cells.assign(status=["oom", "ok"]), split, edge, 16_000.0)
+    assert ran_out["figures"]["edge_ok"] is False
