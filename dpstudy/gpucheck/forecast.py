@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpstudy.analysis.linefit import line_fit
+from dpstudy.gpucheck.study import rules_env
 
 REPO = Path.cwd()
 MODELS = ("resnet18", "simplecnn")
@@ -52,6 +53,7 @@ STUDY = {
 TABLES = ("settings", "cells", "memory_split")
 EDGE_SHARE = 0.9  # the edge cell's predicted need, as a share of the device's memory
 EDGE_STEP = 256  # its batch: a multiple of this
+SYNTHETIC_SHAPE = (1, 28, 28)  # the edge cell's dataset, `synthetic`
 # not copied into the study's checkout: outputs, environments, carried wheels
 LEFT_BEHIND = ("results", ".snakemake", ".venv", ".whl", ".git", "__pycache__")
 
@@ -109,13 +111,14 @@ def edge_sweep(total_mb: float, predict=None) -> dict:
 
     predict = predict or memory_plan.predict
     base = {"dataset": "synthetic", "model": "resnet18", "mode": "single", "device": "cuda", "optimizer": "adam"}
+    # the step alone (no resident data under the torch loader): its peak at two batches
     step = {b: predict(complete({**base, "batch": b, "loader": "torch"}))["peak_mb"][0] for b in (256, 512)}
     per_sample = (step[512] - step[256]) / 256
     test = 1024
+    device_loader = complete({**base, "batch": EDGE_STEP})  # the cell as it runs: the device loader
 
     def need(batch: int) -> float:
-        train = 2 * batch
-        resident = ((train + test) * (28 * 28 + 8) + train * 8) / 2**20  # memory_plan.resident_mb
+        resident = memory_plan.resident_mb(device_loader, SYNTHETIC_SHAPE, (2 * batch, test))
         return need_of(step[256] + per_sample * (batch - 256) + resident, on_cuda=True)
 
     batch = EDGE_STEP
@@ -148,35 +151,10 @@ def edge_figures(cells: pd.DataFrame, split: pd.DataFrame | None, edge: dict, to
     return {"figures": figures, "details": details}
 
 
-def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb: float | None = None) -> dict:
-    """Figures, details and notes from the study's tables (settings, cells, memory_split), and of
-    the edge cell where `edge` (edge_sweep) and the device's `total_mb` are given. Pure."""
-    settings, cells, split = (tables.get(name) for name in TABLES)
+def memory_figures(split: pd.DataFrame | None, cells: pd.DataFrame | None) -> dict:
+    """The plan and the memory forecast against max_memory_allocated, the context, reserved over
+    allocated (memory_split's rows against the allocator), with a note per device. Pure."""
     figures, details, notes = {}, {}, []
-    if edge is not None and cells is not None:
-        made = edge_figures(cells, split, edge, total_mb)
-        figures.update(made["figures"])
-        details.update(made["details"])
-    forecasts = batch_forecasts(settings) if settings is not None else pd.DataFrame()
-    if len(forecasts):
-        errors = forecasts["error"].abs()
-        figures["batch_median_error"] = float(errors.median())
-        figures["batch_max_error"] = float(errors.max())
-        details["batch_median_error"] = f"{len(forecasts)} inner batches of {forecasts['model'].nunique()} models"
-        notes += [
-            f"{r.model} batch {r.batch}: forecast {r.predicted_samples_per_s:,.0f} vs measured "
-            f"{r.measured_samples_per_s:,.0f} samples/s ({r.error:+.1%}; repeats' CV {r.noise_cv:.1%})"
-            for r in forecasts.itertuples()
-        ]
-    else:
-        details["batch_median_error"] = "no model has three single-device batches measured"
-    on_cuda = settings is not None and "noise_cv" in settings
-    single = settings[(settings["mode"] == "single") & (settings["env_device"] == "cuda")] if on_cuda else None
-    single = single.dropna(subset=["noise_cv"]) if on_cuda else None
-    if on_cuda and len(single):
-        figures["single_cv"] = float(single["noise_cv"].max())
-        details["single_cv"] = f"largest of {len(single)} settings (median {single['noise_cv'].median():.2%})"
-    figures["oom_cells"] = int((cells["status"] == "oom").sum()) if cells is not None else None
     checked = split[split["against"] == "allocator"] if split is not None and "against" in split else pd.DataFrame()
     if len(checked):
         errors = checked["error_pct"].abs() / 100
@@ -201,6 +179,44 @@ def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb
         ]
     else:
         details["memory_median_error"] = "no CUDA cell with both the plan's allocator peak and a measured one"
+    return {"figures": figures, "details": details, "notes": notes}
+
+
+def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb: float | None = None) -> dict:
+    """Figures, details and notes from the study's tables (settings, cells, memory_split), and of
+    the edge cell where `edge` (edge_sweep) and the device's `total_mb` are given. Pure."""
+    settings, cells, split = (tables.get(name) for name in TABLES)
+    figures, details, notes = {}, {}, []
+    if edge is not None and cells is not None:
+        made = edge_figures(cells, split, edge, total_mb)
+        figures.update(made["figures"])
+        details.update(made["details"])
+    forecasts = batch_forecasts(settings) if settings is not None else pd.DataFrame()
+    if len(forecasts):
+        errors = forecasts["error"].abs()
+        figures["batch_median_error"] = float(errors.median())
+        figures["batch_max_error"] = float(errors.max())
+        details["batch_median_error"] = f"{len(forecasts)} inner batches of {forecasts['model'].nunique()} models"
+        notes += [
+            f"{r.model} batch {r.batch}: forecast {r.predicted_samples_per_s:,.0f} vs measured "
+            f"{r.measured_samples_per_s:,.0f} samples/s ({r.error:+.1%}; repeats' CV {r.noise_cv:.1%})"
+            for r in forecasts.itertuples()
+        ]
+    else:
+        details["batch_median_error"] = "no model has three single-device batches measured"
+    single = pd.DataFrame(columns=["noise_cv"])
+    if settings is not None and "noise_cv" in settings:
+        single = settings[(settings["mode"] == "single") & (settings["env_device"] == "cuda")].dropna(
+            subset=["noise_cv"]
+        )
+    if len(single):
+        figures["single_cv"] = float(single["noise_cv"].max())
+        details["single_cv"] = f"largest of {len(single)} settings (median {single['noise_cv'].median():.2%})"
+    figures["oom_cells"] = int((cells["status"] == "oom").sum()) if cells is not None else None
+    memory = memory_figures(split, cells)
+    figures.update(memory["figures"])
+    details.update(memory["details"])
+    notes += memory["notes"]
     return {"figures": figures, "details": details, "notes": notes, "data": {"forecasts": forecasts.to_dict("records")}}
 
 
@@ -225,10 +241,9 @@ def run_forecast(out: Path) -> dict:
     # the targets first: --resources takes every word after it
     command = [sys.executable, "-m", "snakemake", *targets, "--configfile", "study.json", "--cores", str(cores)]
     command += ["--resources", "gpu=1"]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     print("[gpu-check] " + " ".join(command), flush=True)
     started = time.time()
-    proc = subprocess.run(command, cwd=workdir, env={**env, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.run(command, cwd=workdir, env=rules_env())
     wall = time.time() - started
     paths = {name: workdir / path for name, path in zip(TABLES, targets, strict=True)}
     tables = {name: pd.read_csv(path) for name, path in paths.items() if path.exists()}

@@ -33,6 +33,13 @@ CORE = (("single", "none"), ("dp", "none"), ("ddp", "nccl"), ("ddp", "gloo"))
 LEFT_OUT = re.compile(r"(\d+) cells need more GPUs than --resources gpu allows and are left out: (.+)")
 
 
+def rules_env() -> dict[str, str]:
+    """The environment Snakemake runs in: the rules run `python ...`, and the interpreter running
+    gpu-check must be the one they find first; unbuffered, so the log follows the jobs."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "PATH": path, "PYTHONUNBUFFERED": "1"}
+
+
 def snakemake_command(visible: int, cores: int) -> list[str]:
     return [
         sys.executable,
@@ -184,12 +191,7 @@ def run_study(out: Path) -> dict:
     visible = torch.cuda.device_count()
     cores = len(os.sched_getaffinity(0))
     command = snakemake_command(visible, cores)
-    # The rules run `python ...`: the interpreter running this must be the one they find first.
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = rules_env()
     print("[gpu-check] " + " ".join(command), flush=True)
     started = time.time()
     lines: list[str] = []
