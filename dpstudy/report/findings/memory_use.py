@@ -88,8 +88,9 @@ def resident_growth(row) -> str:
         return ""
     return (
         f" Over the same step the process's resident memory grew by a median {significant(row['rss_growth_mb'])} MB, "
-        f"beside the {significant(row['activations_mb'])} MB of activations the tracker counted (the C "
-        "allocator's caching and the libraries' buffers are in the first, not the second)."
+        f"beside the {significant(row['activations_mb'])} MB of activations the tracker counted (the first is "
+        "pages the process newly touched: memory its allocator already held from earlier steps does not "
+        "grow it, and its libraries' buffers do)."
     )
 
 
