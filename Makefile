@@ -94,7 +94,7 @@ example: setup run-packages
 		--configfile examples/own_model/study.yaml
 
 # On a GPU host: every CUDA path of dpstudy in one run, summarised in results/gpu-check/summary.md.
-# ONLY=tests,study runs some of the seven checks (the summary keeps the others' last results).
+# ONLY=tests,study runs some of the eight checks (the summary keeps the others' last results).
 # Without a GPU it says so in one line and runs nothing (python -m dpstudy.gpucheck exits 77).
 gpu-check: setup
 	@PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m dpstudy.gpucheck $(if $(ONLY),--only $(ONLY))

@@ -1,17 +1,19 @@
 """`make gpu-check`: one command that checks what only a GPU host can, and one summary.
 
-    python -m dpstudy.gpucheck [--out results/gpu-check] [--only tests,study,loader,resnet,grayscale,comm,forecast]
+    python -m dpstudy.gpucheck [--out results/gpu-check]
+        [--only tests,study,loader,resnet,grayscale,comm,forecast,scaling]
 
-The seven items (registry.ITEMS, in order): the gpu-marked tests; the default study on CUDA to
+The eight items (registry.ITEMS, in order): the gpu-marked tests; the default study on CUDA to
 the HTML report; the device loader against source 002's DataLoader; ResNet-18 training
 throughput and MFU; the CUDA rgb_to_grayscale's bandwidth against the device's peak; NCCL and
-Gloo all-reduce on CUDA tensors; forecasts of throughput and memory checked against cells.
+Gloo all-reduce on CUDA tensors; forecasts of throughput and memory checked against cells; on 3+
+GPUs, forecasts beyond two GPUs checked against cells (not applicable on fewer).
 Each writes <out>/raw/<item>.json (and its tables); summary.md
 is rewritten from all raw files present after every run (summary.render). Without a GPU: one
 line, exit status 77 (runner.NO_GPU), nothing written.
 
 Modules: registry (items, figures, targets), runner (the command), worker (one item in a child
-process), gputests, study, measurements and forecast (what items 1, 2, 3 to 6 and 7 do), summary (summary.md
+process), gputests, study, measurements, forecast and scaling (what items 1, 2, 3 to 6, 7 and 8 do), summary (summary.md
 from the raw files).
 Nothing heavy is imported here: the runner decides about the GPU before anything else runs.
 """

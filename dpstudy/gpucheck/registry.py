@@ -1,4 +1,4 @@
-"""The seven checks of `make gpu-check`, in order: the single source of their names, titles, the
+"""The eight checks of `make gpu-check`, in order: the single source of their names, titles, the
 function that runs each, and every figure each reports with its target.
 
 An item's function (in dpstudy.gpucheck.gputests, study or measurements) takes the output
@@ -267,6 +267,24 @@ ITEMS: tuple[Item, ...] = (
             Figure("wall_s", "study wall time", "duration"),
         ),
         timeout_s=1200,
+    ),
+    Item(
+        "scaling",
+        "forecasts beyond two GPUs (DDP and FSDP) calibrated on one and two, against cells that ran",
+        "dpstudy.gpucheck.scaling:run_scaling",
+        (
+            Figure(
+                "scaling_median_error",
+                "throughput forecast on 3+ GPUs from 1-2 GPUs' cells, median absolute error",
+                "share",
+                Target("<=", 0.10),
+            ),
+            Figure("scaling_max_error", "the same, largest absolute error", "share", Target("<=", 0.25)),
+            Figure("scaling_inside", "measured throughputs inside their forecasts' 95 % intervals", "share"),
+            Figure("scaling_checked", "settings forecast and checked", "count", Target(">=", 1)),
+            Figure("wall_s", "study wall time", "duration"),
+        ),
+        timeout_s=1800,
     ),
 )
 

@@ -16,6 +16,7 @@ from dpstudy.gpucheck.registry import FORMATS, ITEMS, NAMES, Figure, Item
 from dpstudy.util.atomic import write_text
 
 PASS, FAIL, NOT_RUN, NO_TARGET = "PASS", "FAIL", "not run", "no target"
+NOT_APPLICABLE = "not applicable"  # a raw record's status where the host cannot run the item (dpstudy.gpucheck.worker)
 
 
 @dataclass
@@ -73,6 +74,9 @@ def evaluate(item: Item, raw: dict | None) -> Verdict:
     if raw is None:
         targets = "; ".join(f"{f.label}: {f.target.describe(f.fmt)}" for f in item.figures if f.target)
         return Verdict(item.name, NOT_RUN, [Row(item.title, NOT_RUN, targets, NOT_RUN)])
+    if raw.get("status") == NOT_APPLICABLE:
+        targets = "; ".join(f"{f.label}: {f.target.describe(f.fmt)}" for f in item.figures if f.target)
+        return Verdict(item.name, NOT_RUN, [Row(item.title, f"not applicable: {raw.get('error')}", targets, NOT_RUN)])
     if raw.get("status") != "ok":
         error = (raw.get("error") or "failed").strip().splitlines()
         return Verdict(item.name, FAIL, [Row("error", error[-1] if error else "failed", "runs to the end", FAIL)])
@@ -192,7 +196,9 @@ def render(raws: dict[str, dict], files: list[str]) -> str:
             lines.append(f"- not run (`python -m dpstudy.gpucheck --only {item.name}` runs it)")
             continue
         lines.append(f"- {verdict.verdict}, {raw.get('duration_s', 0):.0f} s, finished {raw.get('finished', '—')}")
-        if raw.get("status") != "ok":
+        if raw.get("status") == NOT_APPLICABLE:
+            lines.append(f"- not applicable here: {raw.get('error')}")
+        elif raw.get("status") != "ok":
             lines += ["- error:", "", "```", (raw.get("error") or "").strip(), "```"]
         for note in raw.get("notes") or []:
             if "\n" in note:  # a table or a block: as it is
