@@ -13,6 +13,7 @@ from helpers.records import CURRENT, make_record
 from dpstudy.analysis import stats
 from dpstudy.analysis.tables import cells_table
 from dpstudy.gpucheck import registry, scaling, summary, worker
+from dpstudy.jobs.planning import plan
 
 FIXED_S, PER_SAMPLE_S = 2e-3, 5e-5  # one device's step: t1(b) = FIXED_S + PER_SAMPLE_S b
 SHARE_AT_2 = 1.2  # two ranks' slow-down on the shared host; grows linearly with the ranks
@@ -119,6 +120,14 @@ def test_the_study_runs_every_power_of_two_and_the_visible_count_with_their_per_
     assert grids["one"]["batch"] == [128, 256, 512, 1024]  # 1024 over 1, 2, 4, 8 GPUs
     assert grids["ddp"] == {"mode": ["ddp"], "gpus": [2, 4, 8], "batch": [1024], "backend": ["nccl"]}
     assert grids["fsdp"]["shard"] == ["full"] and grids["fsdp"]["gpus"] == [2, 4, 8]
+    # a study the loader accepts (every key and value valid), planned as on an 8-GPU host
+    cells = plan(scaling.study(8), user_check=None, visible_gpus=8, capabilities=[(9, 0)] * 8).cells
+    runs = {(c.spec["mode"], c.spec["gpus"], c.spec["batch"]) for c in cells}
+    assert runs == {("single", 1, b) for b in (128, 256, 512, 1024)} | {
+        (mode, n, 1024) for mode in ("ddp", "fsdp") for n in (2, 4, 8)
+    }
+    assert {c.spec["backend"] for c in cells if c.spec["mode"] != "single"} == {"nccl"}
+    assert len(cells) == 2 * len(runs)  # two repeats
 
 
 def test_a_host_with_too_few_gpus_records_the_item_as_not_applicable(tmp_path, monkeypatch):
