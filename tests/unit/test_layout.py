@@ -142,3 +142,12 @@ def test_no_module_of_the_package_or_the_scripts_is_over_300_lines():
     files = [*PACKAGE.rglob("*.py"), *(REPO / "scripts").rglob("*.py")]
     long = {str(f.relative_to(REPO)): n for f in files if (n := len(f.read_text().splitlines())) > MAX_LINES}
     assert len(files) > 100 and long == {}
+
+
+def test_every_test_module_has_a_name_of_its_own():
+    # pytest imports test modules by basename (no packages under tests/): a second test_x.py in
+    # another folder fails to collect whenever both are collected, which `-k` or one folder hides.
+    names: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
