@@ -136,9 +136,13 @@ def alive(pid: int) -> bool:
 
 
 MARKER = "import sys; open(sys.argv[1] + '/trained', 'w').write('yes')"
+# The pid file appears whole (written aside, then renamed): the test reads it as soon as it exists.
 SLEEPER = """
     import os, sys, time
-    open(os.path.join(sys.argv[1], "child.pid"), "w").write(str(os.getpid()))
+    aside = os.path.join(sys.argv[1], ".child.pid.tmp")
+    with open(aside, "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(aside, os.path.join(sys.argv[1], "child.pid"))
     time.sleep(600)
 """
 
