@@ -13,6 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# A raw record's status where the host cannot run the item (too few GPUs): it neither passes nor
+# fails, and says why (dpstudy.gpucheck.worker writes it, summary reads it)
+NOT_APPLICABLE = "not applicable"
+
 # ---- how figures read -------------------------------------------------------------------------
 
 

@@ -12,11 +12,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpstudy.gpucheck.registry import FORMATS, ITEMS, NAMES, Figure, Item
+from dpstudy.gpucheck.registry import FORMATS, ITEMS, NAMES, NOT_APPLICABLE, Figure, Item
 from dpstudy.util.atomic import write_text
 
 PASS, FAIL, NOT_RUN, NO_TARGET = "PASS", "FAIL", "not run", "no target"
-NOT_APPLICABLE = "not applicable"  # a raw record's status where the host cannot run the item (dpstudy.gpucheck.worker)
 
 
 @dataclass
@@ -71,12 +70,10 @@ def _measured(figure: Figure, value, detail: str | None) -> str:
 
 def evaluate(item: Item, raw: dict | None) -> Verdict:
     """The item's rows (one per figure) and verdict from its raw record."""
-    if raw is None:
+    if raw is None or raw.get("status") == NOT_APPLICABLE:
         targets = "; ".join(f"{f.label}: {f.target.describe(f.fmt)}" for f in item.figures if f.target)
-        return Verdict(item.name, NOT_RUN, [Row(item.title, NOT_RUN, targets, NOT_RUN)])
-    if raw.get("status") == NOT_APPLICABLE:
-        targets = "; ".join(f"{f.label}: {f.target.describe(f.fmt)}" for f in item.figures if f.target)
-        return Verdict(item.name, NOT_RUN, [Row(item.title, f"not applicable: {raw.get('error')}", targets, NOT_RUN)])
+        measured = NOT_RUN if raw is None else f"{NOT_APPLICABLE}: {raw.get('error')}"
+        return Verdict(item.name, NOT_RUN, [Row(item.title, measured, targets, NOT_RUN)])
     if raw.get("status") != "ok":
         error = (raw.get("error") or "failed").strip().splitlines()
         return Verdict(item.name, FAIL, [Row("error", error[-1] if error else "failed", "runs to the end", FAIL)])

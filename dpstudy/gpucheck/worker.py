@@ -23,7 +23,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dpstudy.gpucheck.registry import BY_NAME, NAMES
+from dpstudy.gpucheck.registry import BY_NAME, NAMES, NOT_APPLICABLE
 from dpstudy.util.atomic import write_text
 
 SCHEMA = "dpstudy.gpucheck-raw/1"
@@ -82,7 +82,7 @@ def run(name: str, out: Path) -> int:
     try:
         result = item.run(out)
         # an item this host cannot run (too few GPUs) says why; it neither passes nor fails
-        status, error = ("not applicable", result["not_applicable"]) if "not_applicable" in result else ("ok", None)
+        status, error = (NOT_APPLICABLE, result["not_applicable"]) if "not_applicable" in result else ("ok", None)
     except BaseException as exc:  # KeyboardInterrupt too: the record says how the item ended
         traceback.print_exc()
         sys.stdout.flush()
@@ -111,7 +111,7 @@ def run(name: str, out: Path) -> int:
         },
     }
     write_text(out / "raw" / f"{name}.json", json.dumps(raw, indent=1, default=_plain) + "\n")
-    return 0 if status in ("ok", "not applicable") else 1
+    return 0 if status in ("ok", NOT_APPLICABLE) else 1
 
 
 def _stop_everything(signum, frame) -> None:
