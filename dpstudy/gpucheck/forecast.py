@@ -23,20 +23,13 @@ alone), up to its tables. Then, from those tables:
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 
 from dpstudy.analysis.linefit import line_fit
-from dpstudy.gpucheck.study import rules_env
+from dpstudy.gpucheck.study import run_in_copy
 
-REPO = Path.cwd()
 MODELS = ("resnet18", "simplecnn")
 BATCHES = (128, 256, 512, 1024)
 STUDY = {
@@ -54,8 +47,6 @@ TABLES = ("settings", "cells", "memory_split")
 EDGE_SHARE = 0.9  # the edge cell's predicted need, as a share of the device's memory
 EDGE_STEP = 256  # its batch: a multiple of this
 SYNTHETIC_SHAPE = (1, 28, 28)  # the edge cell's dataset, `synthetic`
-# not copied into the study's checkout: outputs, environments, carried wheels
-LEFT_BEHIND = ("results", ".snakemake", ".venv", ".whl", ".git", "__pycache__")
 
 
 def batch_forecasts(settings: pd.DataFrame) -> pd.DataFrame:
@@ -221,11 +212,7 @@ def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb
 
 
 def run_forecast(out: Path) -> dict:
-    """STUDY through Snakemake in out/study (a copy of the checkout), then evaluate its tables."""
-    workdir = out / "study"
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    shutil.copytree(REPO, workdir, ignore=shutil.ignore_patterns(*LEFT_BEHIND), symlinks=True)
+    """STUDY (with the edge cell) through Snakemake in a copy of the checkout, then evaluate its tables."""
     import torch
 
     total_mb = torch.cuda.get_device_properties(0).total_memory / 2**20
@@ -235,27 +222,9 @@ def run_forecast(out: Path) -> dict:
         "datasets": {**STUDY["datasets"], "synthetic": edge["dataset"]},
         "sweeps": [*STUDY["sweeps"], edge["sweep"]],
     }
-    (workdir / "study.json").write_text(json.dumps(study))
-    targets = [f"results/tables/{name}.csv" for name in TABLES]
-    cores = len(os.sched_getaffinity(0))
-    # the targets first: --resources takes every word after it
-    command = [sys.executable, "-m", "snakemake", *targets, "--configfile", "study.json", "--cores", str(cores)]
-    command += ["--resources", "gpu=1"]
-    print("[gpu-check] " + " ".join(command), flush=True)
-    started = time.time()
-    proc = subprocess.run(command, cwd=workdir, env=rules_env())
-    wall = time.time() - started
-    paths = {name: workdir / path for name, path in zip(TABLES, targets, strict=True)}
-    tables = {name: pd.read_csv(path) for name, path in paths.items() if path.exists()}
-    if "settings" not in tables:
-        raise RuntimeError(f"Snakemake ended (exit status {proc.returncode}) without the study's tables; see above")
-    result = evaluate(tables, edge, total_mb)
-    result["figures"]["wall_s"] = wall
-    raw = out / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    files = []
-    for name in TABLES:
-        if name in tables:
-            shutil.copyfile(workdir / f"results/tables/{name}.csv", raw / f"forecast_{name}.csv")
-            files.append(f"raw/forecast_{name}.csv")
-    return {**result, "files": files, "params": {"command": command[1:], "study": study}}
+    made = run_in_copy(out, "forecast", study, TABLES, gpus=1)
+    if "settings" not in made["tables"]:
+        raise RuntimeError(f"Snakemake ended (exit status {made['returncode']}) without the study's tables; see above")
+    result = evaluate(made["tables"], edge, total_mb)
+    result["figures"]["wall_s"] = made["wall_s"]
+    return {**result, "files": made["files"], "params": {"command": made["command"][1:], "study": study}}

@@ -16,20 +16,13 @@ forecasts, item 7). `evaluate(tables)` is pure, tested without a GPU.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 
 from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval
 from dpstudy.analysis.predictions import calibration_inputs, group_of, model_sigma
-from dpstudy.gpucheck.forecast import LEFT_BEHIND, REPO
-from dpstudy.gpucheck.study import rules_env
+from dpstudy.gpucheck.study import run_in_copy
 
 MIN_GPUS = 3
 CALIBRATE_GPUS = 2
@@ -162,7 +155,8 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 def run_scaling(out: Path) -> dict:
-    """The study through Snakemake in out/scaling-study (a copy of the checkout), then evaluate."""
+    """The study through Snakemake in a copy of the checkout, then evaluate; not applicable on fewer
+    than MIN_GPUS GPUs."""
     import torch
 
     visible = torch.cuda.device_count()
@@ -170,29 +164,13 @@ def run_scaling(out: Path) -> dict:
         return {
             "not_applicable": f"needs {MIN_GPUS} or more GPUs (calibrates on 1-{CALIBRATE_GPUS}); {visible} visible"
         }
-    workdir = out / "scaling-study"
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    shutil.copytree(REPO, workdir, ignore=shutil.ignore_patterns(*LEFT_BEHIND), symlinks=True)
     config = study(visible)
-    (workdir / "study.json").write_text(json.dumps(config))
-    targets = [f"results/tables/{name}.csv" for name in TABLES]
-    cores = len(os.sched_getaffinity(0))
-    command = [sys.executable, "-m", "snakemake", *targets, "--configfile", "study.json", "--cores", str(cores)]
-    command += ["--resources", f"gpu={visible}"]  # the targets first: --resources takes every word after it
-    print("[gpu-check] " + " ".join(command), flush=True)
-    started = time.time()
-    proc = subprocess.run(command, cwd=workdir, env=rules_env())
-    wall = time.time() - started
-    paths = {name: workdir / path for name, path in zip(TABLES, targets, strict=True)}
-    missing = [name for name, path in paths.items() if not path.exists()]
+    made = run_in_copy(out, "scaling", config, TABLES, gpus=visible)
+    missing = [name for name in TABLES if name not in made["tables"]]
     if missing:
-        raise RuntimeError(f"Snakemake ended (exit status {proc.returncode}) without {', '.join(missing)}; see above")
-    result = evaluate({name: pd.read_csv(path) for name, path in paths.items()})
-    result["figures"]["wall_s"] = wall
-    raw = out / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    for name in TABLES:
-        shutil.copyfile(paths[name], raw / f"scaling_{name}.csv")
-    files = [f"raw/scaling_{name}.csv" for name in TABLES]
-    return {**result, "files": files, "params": {"command": command[1:], "study": config}}
+        raise RuntimeError(
+            f"Snakemake ended (exit status {made['returncode']}) without {', '.join(missing)}; see above"
+        )
+    result = evaluate(made["tables"])
+    result["figures"]["wall_s"] = made["wall_s"]
+    return {**result, "files": made["files"], "params": {"command": made["command"][1:], "study": config}}

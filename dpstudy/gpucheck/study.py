@@ -15,6 +15,7 @@ results/tables (dpstudy.analysis.tables' columns):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -38,6 +39,40 @@ def rules_env() -> dict[str, str]:
     gpu-check must be the one they find first; unbuffered, so the log follows the jobs."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return {**os.environ, "PATH": path, "PYTHONUNBUFFERED": "1"}
+
+
+# not copied into a study's own checkout (run_in_copy): outputs, environments, carried wheels
+LEFT_BEHIND = ("results", ".snakemake", ".venv", ".whl", ".git", "__pycache__")
+
+
+def run_in_copy(out: Path, name: str, study: dict, tables: tuple[str, ...], gpus: int) -> dict:
+    """`study` through Snakemake in out/<name>, a fresh copy of the checkout (the default study's
+    results left alone), up to its `tables`; each one made copied to out/raw/<name>_<table>.csv.
+    {"tables": {table: DataFrame} of those made, "files", "wall_s", "command", "returncode"}."""
+    import pandas as pd
+
+    workdir = out / name
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    shutil.copytree(REPO, workdir, ignore=shutil.ignore_patterns(*LEFT_BEHIND), symlinks=True)
+    (workdir / "study.json").write_text(json.dumps(study))
+    targets = [f"results/tables/{table}.csv" for table in tables]
+    cores = len(os.sched_getaffinity(0))
+    command = [sys.executable, "-m", "snakemake", *targets, "--configfile", "study.json", "--cores", str(cores)]
+    command += ["--resources", f"gpu={gpus}"]  # the targets first: --resources takes every word after it
+    print("[gpu-check] " + " ".join(command), flush=True)
+    started = time.time()
+    proc = subprocess.run(command, cwd=workdir, env=rules_env())
+    wall = time.time() - started
+    raw = out / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    made, files = {}, []
+    for table, target in zip(tables, targets, strict=True):
+        if (workdir / target).exists():
+            made[table] = pd.read_csv(workdir / target)
+            shutil.copyfile(workdir / target, raw / f"{name}_{table}.csv")
+            files.append(f"raw/{name}_{table}.csv")
+    return {"tables": made, "files": files, "wall_s": wall, "command": command, "returncode": proc.returncode}
 
 
 def snakemake_command(visible: int, cores: int) -> list[str]:
