@@ -354,3 +354,20 @@ def cells_frame(rows: list[tuple[str, int, float]]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out).astype({"devices": "Int64", "gpus": "Int64", "nodes": "Int64"})
+
+
+def comm_fit(latency_s: float, bandwidth_gbps: float, collective: str = "all_reduce", world_size: int = 2) -> dict:
+    """One comm_fit.csv row (dpstudy.analysis.comm_fit) of Gloo on the CPU: latency + bytes / bandwidth."""
+    return {
+        "collective": collective,
+        "backend": "gloo",
+        "device": "cpu",
+        "world_size": world_size,
+        "points": 9,
+        "min_bytes": 4096,
+        "max_bytes": 256 << 20,
+        "latency_s": latency_s,
+        "bandwidth_gbps": bandwidth_gbps,
+        "rel_rmse": 0.02,
+        "max_rel_error": 0.04,
+    }

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 import pytest
-from helpers.records import CURRENT, make_record
+from helpers.records import CURRENT, comm_fit, make_record
 
 from dpstudy.analysis import forecast, memory, predictions, stats
 from dpstudy.analysis.tables import cells_table
@@ -15,23 +15,7 @@ from dpstudy.analysis.tables import cells_table
 FIXED_S, PER_SAMPLE_S = 2e-3, 5e-5  # t1(b) = FIXED_S + PER_SAMPLE_S b
 SHARE, HIDDEN = 1.3, 0.4  # two ranks' slow-down on the shared host; the all-reduce left exposed
 LATENCY_S, GBPS, GRAD_BYTES = 50e-6, 1.0, 250_000  # the all-reduce fit at 2 ranks; LeNet's gradient
-FITS = pd.DataFrame(
-    [
-        {
-            "collective": "all_reduce",
-            "backend": "gloo",
-            "device": "cpu",
-            "world_size": 2,
-            "points": 9,
-            "min_bytes": 4096,
-            "max_bytes": 256 << 20,
-            "latency_s": LATENCY_S,
-            "bandwidth_gbps": GBPS,
-            "rel_rmse": 0.02,
-            "max_rel_error": 0.04,
-        }
-    ]
-)
+FITS = pd.DataFrame([comm_fit(LATENCY_S, GBPS)])
 ALLREDUCE_S = LATENCY_S + GRAD_BYTES / (GBPS * 1e9)
 
 
@@ -237,7 +221,7 @@ SHARE_FSDP, HIDDEN_FSDP = 1.4, 0.7
 
 
 def fit_row(collective: str, latency_s: float) -> dict:
-    return {**FITS.iloc[0].to_dict(), "collective": collective, "latency_s": latency_s}
+    return comm_fit(latency_s, GBPS, collective)
 
 
 ALL_FITS = pd.DataFrame(

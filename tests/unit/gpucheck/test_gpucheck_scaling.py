@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers.records import CURRENT, make_record
+from helpers.records import CURRENT, comm_fit, make_record
 
 from dpstudy.analysis import stats
 from dpstudy.analysis.tables import cells_table
@@ -19,23 +19,7 @@ FIXED_S, PER_SAMPLE_S = 2e-3, 5e-5  # one device's step: t1(b) = FIXED_S + PER_S
 SHARE_AT_2 = 1.2  # two ranks' slow-down on the shared host; grows linearly with the ranks
 HIDDEN = 0.5  # the share of the priced all-reduce left exposed
 LATENCY_S, GBPS, GRAD_BYTES = 40e-6, 2.0, 4_000_000
-FITS = pd.DataFrame(
-    [
-        {
-            "collective": "all_reduce",
-            "backend": "gloo",
-            "device": "cpu",
-            "world_size": 2,
-            "points": 9,
-            "min_bytes": 4096,
-            "max_bytes": 256 << 20,
-            "latency_s": LATENCY_S,
-            "bandwidth_gbps": GBPS,
-            "rel_rmse": 0.02,
-            "max_rel_error": 0.04,
-        }
-    ]
-)
+FITS = pd.DataFrame([comm_fit(LATENCY_S, GBPS)])
 GLOBAL = 256
 
 
