@@ -27,8 +27,13 @@ pytestmark = pytest.mark.slow
 DEFAULT = yaml.safe_load((REPO / "config/config.yaml").read_text())
 TWO_RANKS = {"mode": ["ddp"], "gpus": [2], "backend": ["gloo"]}
 FAULT_SWEEPS = [
-    # rank 1 stops answering at step 3: with runtime_min 0.5 collectives wait 15 s (half the limit)
-    {"name": "hung", "grid": {**TWO_RANKS, "batch": [32]}, "resources": {"runtime_min": 0.5}},
+    # rank 1 stops answering at step 3 and collectives wait 15 s for it; the minute's limit leaves
+    # room for a slow start on a busy machine (the limit is not what this cell is about)
+    {
+        "name": "hung",
+        "grid": {**TWO_RANKS, "batch": [32]},
+        "resources": {"runtime_min": 1, "collective_timeout_min": 0.25},
+    },
     {"name": "killed", "grid": {**TWO_RANKS, "batch": [16]}},  # rank 1 gets SIGKILL at step 3
     {"name": "diverging", "grid": {"mode": ["single"], "batch": [16]}, "set": {"lr": 1e8}},
 ]
@@ -125,7 +130,7 @@ def test_a_silent_rank_fails_its_cell_at_the_collective_timeout_naming_it(faults
         r"then rank 0: RuntimeError: .*Timed out waiting 15000ms .*",
         rec["reason"],
     ), rec["reason"]
-    assert rec["summary"]["total_s"] < 30 + 90  # the bound: within 90 s of the limit
+    assert rec["summary"]["total_s"] < 60  # ended by the collective timeout, before the limit
 
 
 def test_a_killed_rank_fails_its_cell_with_the_rank_and_the_signal(faults):
