@@ -8,14 +8,19 @@ from snakemake.exceptions import WorkflowError
 # This checkout's dpstudy, for the workflow itself and for every job (also in --sdm conda).
 sys.path.insert(0, workflow.basedir)
 
-from dpstudy.study import outputs, sweeps as studies
+from dpstudy.study import outputs, predict, sweeps as studies
 from dpstudy.jobs.planning import plan
 from dpstudy.record.envinfo import torch_version
 from dpstudy.jobs.gpus import visible_gpu_count
 from dpstudy import models
 from dpstudy.data import user as user_data
 from dpstudy.record.provenance import code_files, export_checkout, native_files
-from dpstudy.study.resources import comm_bench_gpus, train_resources
+from dpstudy.study.resources import (
+    comm_bench_gpus,
+    comm_world_sizes,
+    rank_capacity,
+    train_resources,
+)
 from dpstudy.study.spec import gap_before_start
 from dpstudy.util.errors import ConfigError
 
@@ -62,6 +67,17 @@ FLOOR_ROUNDS = (
     studies.floor_rounds(CELLS.values(), PRIORITIES) if STUDY["bench"]["floor"] else {}
 )
 FLOOR_FILES = [outputs.floor_path(repeat) for repeat in FLOOR_ROUNDS]
+# The collectives' world sizes: what the cells run and predict: asks for, as far as this host holds.
+COMM_WORLD_SIZES = comm_world_sizes(
+    [c.spec for c in CELLS.values()],
+    [request["gpus"] for request in predict.requests(STUDY)],
+    rank_capacity(
+        GPU_JOBS,
+        visible_gpu_count(),
+        workflow.global_resources.get("gpu").value,
+        len(os.sched_getaffinity(0)),
+    ),
+)
 DATA_ROOT = STUDY["data_root"]
 # Datasets by the folder they are prepared into (a user's function: its token).
 DATASETS_BY_FOLDER = {

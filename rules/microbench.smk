@@ -33,10 +33,14 @@ rule comm_bench:
         "../envs/train.yaml"
     threads: workflow.cores
     resources:
-        gpu=comm_bench_gpus(GPU_JOBS, visible_gpu_count()),
+        gpu=comm_bench_gpus(GPU_JOBS, visible_gpu_count(), max(COMM_WORLD_SIZES)),
+    params:
+        # a param: a study that runs or forecasts another world size measures again
+        world_sizes=" ".join(map(str, COMM_WORLD_SIZES)),
     shell:
         "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
-        " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q} > {log:q} 2>&1"
+        " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q}"
+        " --world-sizes {params.world_sizes} > {log:q} 2>&1"
 
 
 # The machine's floor (dpstudy.microbench.floor): a reference workload once per repeat round, after

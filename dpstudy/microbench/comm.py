@@ -239,3 +239,8 @@ def run(quick: bool = False, world_size: int = 2, combos=COMBOS) -> pd.DataFrame
     df["algbw_gbps"] = df.bytes / df.median_s / 1e9
     df["busbw_gbps"] = df.algbw_gbps * df.collective.map(lambda c: bus_factor(c, world_size))
     return df
+
+
+def sweep(world_sizes: list[int], quick: bool = False, combos=COMBOS) -> pd.DataFrame:
+    """run() at each world size, one after another (each its own processes), in one table."""
+    return pd.concat([run(quick, n, combos) for n in world_sizes], ignore_index=True)

@@ -59,13 +59,15 @@ def kernels_figure(csv: str | Path, png: str | Path) -> None:
 
 
 def comm_figure(csv: str | Path, png: str | Path) -> None:
-    """Bus bandwidth against message size (the total size S), one panel per collective, a line per
-    backend and device."""
+    """Bus bandwidth against message size (the total size S), one panel per collective (and a row
+    of them per world size where several ran), a line per backend and device."""
     df = pd.read_csv(csv)
     if "collective" not in df:  # a comm.csv from before all_gather and reduce_scatter
         df["collective"] = "all_reduce"
     ran = df[df.reason.isna()]
+    worlds = sorted(int(n) for n in df.world_size.unique())
     grid = sns.relplot(
+        row="world_size" if len(worlds) > 1 else None,
         data=ran,
         kind="line",
         x="bytes",
@@ -80,11 +82,10 @@ def comm_figure(csv: str | Path, png: str | Path) -> None:
     )
     grid.set(xscale="log", yscale="log")
     grid.set_axis_labels("total size S (bytes)", "bus bandwidth (GB/s)")
-    grid.set_titles("{col_name}")
-    world = int(df.world_size.iloc[0])
+    grid.set_titles("{col_name}, {row_name} processes" if len(worlds) > 1 else "{col_name}")
     grid.figure.suptitle(
-        f"Collectives across {world} processes (bus bandwidth: S/time x 2(n-1)/n for all_reduce,\n"
-        f"x (n-1)/n for all_gather and reduce_scatter){_not_run(df, ['backend', 'device'])}",
+        f"Collectives across {' and '.join(map(str, worlds))} processes (bus bandwidth: S/time x 2(n-1)/n "
+        f"for all_reduce,\nx (n-1)/n for all_gather and reduce_scatter){_not_run(df, ['backend', 'device'])}",
         y=1.0,
         va="bottom",
         parse_math=False,

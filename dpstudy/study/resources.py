@@ -35,6 +35,25 @@ def comm_bench_gpus(gpu_jobs: bool, visible_gpus: int, wanted: int = 2) -> int:
     return min(wanted, visible_gpus) if visible_gpus else wanted
 
 
+def comm_world_sizes(specs: list[dict[str, Any]], predicted_gpus: list[int], capacity: int | None) -> list[int]:
+    """The world sizes comm_bench measures: 2, and every larger one that the study's DDP and FSDP
+    cells run on one node or its predict: block asks for, up to `capacity`, the ranks this host
+    can hold (the GPUs it shows, or its cores for a CPU study; None where the planning host cannot
+    tell, a cluster's login node). A forecast at a size measured here reads its own fit; beyond
+    them, the largest measured is extrapolated (dpstudy.analysis.forecast.collective_time)."""
+    wanted = {s["gpus"] for s in specs if s["mode"] in ("ddp", "fsdp") and s["nodes"] == 1} | set(predicted_gpus)
+    return sorted({2} | {n for n in wanted if n > 2 and (capacity is None or n <= capacity)})
+
+
+def rank_capacity(gpu_jobs: bool, visible_gpus: int, gpu_budget: int | None, cores: int) -> int | None:
+    """How many ranks of one job this host holds: its cores in a study that reserves no GPU, else
+    the GPUs it shows within --resources gpu; None where neither is known (a login node)."""
+    if not gpu_jobs:
+        return cores
+    known = [n for n in (visible_gpus or None, gpu_budget) if n is not None]
+    return min(known) if known else None
+
+
 def cell_cores(spec: dict[str, Any]) -> int:
     """Cores per node: one per device (process on CPU) and one per DataLoader worker."""
     return spec["gpus"] * (1 + spec["workers"])

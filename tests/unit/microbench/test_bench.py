@@ -165,3 +165,45 @@ def test_comm_helpers():
     if torch.cuda.device_count() < 2:
         assert "GPU" in comm.reason("nccl", "cuda", 2) or "CUDA" in comm.reason("nccl", "cuda", 2)
     assert comm.reason("gloo", "cpu", 2) is None
+
+
+def comm_rows(world: int) -> pd.DataFrame:
+    """comm.csv's rows of one run at `world` ranks, bandwidths generated (Gloo on CPU, and the CUDA
+    combinations not run)."""
+    sizes = [4096, 1 << 20, 64 << 20]
+    ran = pd.DataFrame(
+        [
+            {"collective": c, "backend": "gloo", "device": "cpu", "bytes": n, "median_s": 1e-4 + n / 1e9 * world}
+            for c in comm.COLLECTIVES
+            for n in sizes
+        ]
+    )
+    skipped = pd.DataFrame([{"collective": "all_reduce", "backend": "nccl", "device": "cuda", "bytes": 4096}])
+    df = pd.concat([ran, skipped.assign(reason="no CUDA device")], ignore_index=True).reindex(columns=comm.COLUMNS)
+    df["world_size"], df["size"] = world, df["bytes"].map(comm.size_label)
+    df["busbw_gbps"] = df.bytes / df.median_s / 1e9 * df.collective.map(lambda c: comm.bus_factor(c, world))
+    return df
+
+
+def test_a_sweep_over_world_sizes_is_one_table_and_its_figure_a_row_of_panels_per_size(tmp_path, monkeypatch):
+    from dpstudy.microbench import figures
+
+    asked = []
+    monkeypatch.setattr(comm, "run", lambda quick, world, combos: asked.append((quick, world)) or comm_rows(world))
+    df = comm.sweep([2, 4], quick=True)
+    assert asked == [(True, 2), (True, 4)] and list(df.columns) == comm.COLUMNS
+    assert df.groupby("world_size").size().to_dict() == {2: 10, 4: 10}
+    df.to_csv(tmp_path / "comm.csv", index=False)
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda grid, png: drawn.update(grid=grid))
+    figures.comm_figure(tmp_path / "comm.csv", tmp_path / "comm.png")
+    grid = drawn["grid"]
+    assert grid.axes.shape == (2, 3)  # a row per world size, a panel per collective
+    titles = [[ax.get_title() for ax in row] for row in grid.axes]
+    assert titles[1] == [f"{c}, 4 processes" for c in comm.COLLECTIVES] and titles[0][0] == "all_reduce, 2 processes"
+    for row, world in zip(grid.axes, (2, 4), strict=True):
+        (line,) = [ln for ln in row[0].get_lines() if len(ln.get_xdata())]  # gloo on cpu: its own sizes
+        want = df[(df.world_size == world) & (df.collective == "all_reduce") & df.reason.isna()]
+        assert np.allclose(sorted(line.get_ydata()), sorted(want.busbw_gbps))
+    title = grid.figure._suptitle.get_text()
+    assert title.startswith("Collectives across 2 and 4 processes") and "nccl/cuda (no CUDA device)" in title

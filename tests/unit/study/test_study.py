@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from dpstudy.study import sweeps as studies
-from dpstudy.study.resources import comm_bench_gpus, requests_gpus, train_resources
+from dpstudy.study.resources import comm_bench_gpus, comm_world_sizes, rank_capacity, requests_gpus, train_resources
 from dpstudy.util.errors import ConfigError
 
 STUDY = {
@@ -314,6 +314,26 @@ def test_the_all_reduce_benchmark_reserves_no_more_gpus_than_the_host_has(gpu_jo
     # a 1-GPU host: the benchmark runs (NCCL at 2 ranks skipped with its reason) instead of
     # waiting for a second GPU that dpstudy.jobs.gpus cannot give it
     assert comm_bench_gpus(gpu_jobs, visible) == reserved
+
+
+def test_the_collectives_are_measured_at_every_world_size_run_or_forecast_that_the_host_holds():
+    import copy
+
+    config = copy.deepcopy(STUDY)
+    config["sweeps"][0]["grid"].update(gpus=[1, 2, 3, 6], batch=[96])
+    specs = [c.spec for c in cells(config).values()]
+    over_nodes = [s for s in specs if s["nodes"] > 1]  # 3 or 6 per node on two nodes: not one host's ranks
+    assert {s["gpus"] for s in over_nodes} == {1, 2, 3, 6} and comm_world_sizes(over_nodes, [], None) == [2]
+    assert comm_world_sizes(specs, [4, 8], capacity=None) == [2, 3, 4, 6, 8]  # a login node: all
+    assert comm_world_sizes(specs, [4, 8], capacity=4) == [2, 3, 4]
+    assert comm_world_sizes(specs, [], capacity=1) == [2]  # one GPU: both ranks on it, as before
+    single_only = [c.spec for c in cells(config).values() if c.spec["mode"] in ("single", "dp")]
+    assert comm_world_sizes(single_only, [], capacity=8) == [2]  # dp is one process: no collective
+    # what the host holds: cores in a CPU study; GPUs shown, within --resources gpu, in a GPU one
+    assert rank_capacity(False, visible_gpus=8, gpu_budget=8, cores=2) == 2
+    assert rank_capacity(True, visible_gpus=8, gpu_budget=4, cores=2) == 4
+    assert rank_capacity(True, visible_gpus=2, gpu_budget=None, cores=64) == 2
+    assert rank_capacity(True, visible_gpus=0, gpu_budget=None, cores=64) is None
 
 
 def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
