@@ -190,11 +190,16 @@ def start_long_cell(study) -> tuple:
 
 def long_cell_processes(study) -> list[int]:
     """LONG's launcher, torchrun and ranks in this study's folder (not another test's)."""
-    return [
-        pid
-        for pid in processes_with(f"results/cells/{LONG}")
-        if os.path.realpath(f"/proc/{pid}/cwd") == os.path.realpath(study.workdir)
-    ]
+    here = os.path.realpath(study.workdir)
+    return [pid for pid in processes_with(f"results/cells/{LONG}") if working_folder(pid) == here]
+
+
+def working_folder(pid: int) -> str | None:
+    """The working folder of a live process; None for one that ended since it was listed."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except FileNotFoundError:
+        return None
 
 
 def test_a_killed_job_leaves_no_record_no_rank_and_the_rerun_runs_just_it(default_study, tmp_path):
