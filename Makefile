@@ -17,10 +17,8 @@ TORCH ?=
 WHEELS ?=
 INSTALLER ?=
 EXTRAS ?=
-# make test's and make test-fast's: pytest-xdist workers (0: none). One more than the cores: part of
-# the suite waits (a SLURM time limit, a collective timeout, a killed rank) and the third worker's
-# tests use that time (on 2 cores: 85 % of the CPU busy with 2 workers, 92 % with 3).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+# make test's and make test-fast's: pytest-xdist workers (0: none)
+TEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 # make wheelhouse's: WHEELS (default wheelhouse/), WHEELS_PYTHON=3.12 for another Python,
 # WITH_TORCH=1 to add torch, torchvision and their CUDA libraries (several GB).

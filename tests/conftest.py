@@ -63,7 +63,7 @@ def ext_test_dir() -> Path:
     return folder
 
 
-# --- running in parallel (make test: pytest -n <cores + 1>, pytest-xdist) ---------------------------
+# --- running in parallel (make test: pytest -n 2, pytest-xdist) ------------------------------------
 
 # A test module is one unit of work; modules that share a session fixture too costly to make twice
 # are one unit together.
@@ -83,7 +83,7 @@ def pytest_configure(config):
     compiles each distinct build once, never none.
 
     And OpenMP's threads wait for work asleep instead of spinning (OMP_WAIT_POLICY=PASSIVE, inherited
-    by every process a test starts): the workers on this 2-core machine each run torch on both cores,
+    by every process a test starts): two workers on this 2-core machine each run torch on both cores,
     and a thread spinning at a barrier while the other worker holds its core burns that core for
     nothing. Measured: tests/unit/engine/test_train.py's LeNet-to-90 % cell beside a 2-thread torch
     loop took 33 s and 33 CPU-s spinning, 12 s and 12.5 CPU-s asleep (8 s alone). No test asserts
@@ -131,7 +131,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture(scope="session", autouse=True)
 def one_thread_per_worker():
-    """Under pytest-xdist the workers share the cores: torch's intra-op threads in a worker would
+    """Under pytest-xdist two workers share the cores: torch's intra-op threads in a worker would
     wait at every parallel region for a thread the other worker's work has descheduled (a 2-thread
     op on a taken core ran 40x slower). One thread each; cells started as processes set their own."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
