@@ -33,7 +33,10 @@ the weak part. Over the 16 DDP and FSDP settings: linear 52-57 % / 229-230 %, na
 before 25-28 % / 70-247 %. A third study (2026-11-27, 16 min 36 s): median 3.4 %, p90 7.6 %,
 coverage 100 % with either sigma (the track record gave lenet 7.7 % where its noise gave 4.3 %,
 simplecnn 3.5 % against 3.3 %); DDP 3.6 / 4.9 %, FSDP full 4.6 / 11.3 %, grad_op 3.3 / 7.3 %; 6 of 6
-fastest right; linear 51 % / 228 %, naive 56 % / 83 %, before 42 % / 268 %.
+fastest right; linear 51 % / 228 %, naive 56 % / 83 %, before 42 % / 268 %. A fourth (the same
+day, 16 min 22 s): median 6.8 %, p90 12.1 %, coverage 100 % (noise-only sigma 94 %); DDP 7.3 / 12.6 %,
+FSDP full 7.0 / 10.4 %, grad_op 9.1 / 15.1 %; 6 of 6 fastest right; linear 44 % / 227 %, naive
+44 % / 77 %, before 55 % / 237 %.
 """
 
 from __future__ import annotations
