@@ -41,7 +41,7 @@ def comm_world_sizes(specs: list[dict[str, Any]], predicted_gpus: list[int], cap
     can hold (the GPUs it shows, or its cores for a CPU study; None where the planning host cannot
     tell, a cluster's login node). A forecast at a size measured here reads its own fit; beyond
     them, the largest measured is extrapolated (dpstudy.analysis.forecast.collective_time)."""
-    wanted = {s["gpus"] for s in specs if s["mode"] in ("ddp", "fsdp") and s["nodes"] == 1} | set(predicted_gpus)
+    wanted = {processes_per_node(s) for s in specs if s["nodes"] == 1} | set(predicted_gpus)  # DP: one process
     return sorted({2} | {n for n in wanted if n > 2 and (capacity is None or n <= capacity)})
 
 
