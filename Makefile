@@ -17,9 +17,10 @@ TORCH ?=
 WHEELS ?=
 INSTALLER ?=
 EXTRAS ?=
-# make test's and make test-fast's: pytest-xdist workers (0: none)
+# make test's and make test-fast's: pytest-xdist workers, one per core (0: none, all in one process),
+# and one more for the tests that mostly wait (tests/conftest.py WAITING: SLURM, time limits)
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(shell expr $(TEST_WORKERS) + 1) --waiting-lane)
 # make wheelhouse's: WHEELS (default wheelhouse/), WHEELS_PYTHON=3.12 for another Python,
 # WITH_TORCH=1 to add torch, torchvision and their CUDA libraries (several GB).
 WHEELS_PYTHON ?=
@@ -76,8 +77,9 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile rules
 
-# The tests run in TEST_WORKERS processes (pytest-xdist): a test module is one unit of work
-# (tests/conftest.py), the longest first. TEST_WORKERS=0 runs them in this process, one by one.
+# The tests run in TEST_WORKERS processes (pytest-xdist) and one that runs only the tests that mostly
+# wait: a test module is one unit of work (tests/conftest.py), the longest first. TEST_WORKERS=0 runs
+# them in this process, one by one.
 test: setup system-packages lint
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
