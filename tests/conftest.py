@@ -18,6 +18,7 @@ import pytest
 from helpers import machine
 
 from dpstudy.ext.cache import ENV as EXT_CACHE_ENV
+from dpstudy.record.closure_cache import ENV as CODE_CACHE_ENV
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +99,9 @@ def pytest_configure(config):
     """Set once for the run, in the process that starts pytest-xdist's workers (they inherit it):
     tests/e2e/test_gpu.py's seed, drawn each run, so that every worker collects the same tests;
     and a cache of built extensions of this run's own (dpstudy.ext.cache), so that the run
-    compiles each distinct build once, never none.
+    compiles each distinct build once, never none; and one of import closures
+    (dpstudy.record.closure_cache), so that the package copies tests make and edit leave nothing in
+    the user's cache.
 
     And OpenMP's threads wait for work asleep instead of spinning (OMP_WAIT_POLICY=PASSIVE, inherited
     by every process a test starts): two workers on this 2-core machine each run torch on both cores,
@@ -116,11 +119,14 @@ def pytest_configure(config):
         os.environ.setdefault("DPSTUDY_GPU_SEED", str(secrets.randbelow(2**31)))
         config.ext_cache = tempfile.mkdtemp(prefix="dpstudy-ext-cache-")
         os.environ[EXT_CACHE_ENV] = config.ext_cache
+        config.code_cache = tempfile.mkdtemp(prefix="dpstudy-code-cache-")
+        os.environ[CODE_CACHE_ENV] = config.code_cache
 
 
 def pytest_unconfigure(config):
-    if getattr(config, "ext_cache", None):
-        shutil.rmtree(config.ext_cache, ignore_errors=True)
+    for cache in (getattr(config, "ext_cache", None), getattr(config, "code_cache", None)):
+        if cache:
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 def unit_of(nodeid: str) -> str:

@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from dpstudy.record import closure_cache
 from dpstudy.util.hashing import files_under, tree_sha256
 from dpstudy.util.proc import output_of
 
@@ -93,8 +94,19 @@ def _names_in(path: Path, source: str) -> frozenset[str]:
 def closure(roots: tuple[str | Path, ...]) -> list[Path]:
     """The files of `roots` (module names, or paths of scripts and notebooks) and of every dpstudy
     module they import, transitively, with the packages that contain them and their package data.
-    Code that imports this module depends on the training code too: it hashes it."""
-    pending = [Path(r).resolve() if str(r).endswith((".py", ".ipynb")) else module_file(r) for r in roots]
+    Code that imports this module depends on the training code too: it hashes it.
+    Kept on disk (closure_cache) under the state of every file it may read."""
+    starts = [Path(r).resolve() if str(r).endswith((".py", ".ipynb")) else module_file(r) for r in roots]
+    known = closure_cache.lookup(starts, PACKAGE)
+    if known is not None:
+        return known
+    found = _closure(starts, roots)
+    closure_cache.store(starts, PACKAGE, found)
+    return found
+
+
+def _closure(starts: list[Path | None], roots: tuple[str | Path, ...]) -> list[Path]:
+    pending = list(starts)
     seen: set[Path] = set()
     while pending:
         path = pending.pop()

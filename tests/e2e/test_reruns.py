@@ -148,12 +148,14 @@ def test_editing_training_code_flags_cells_instead_of_rerunning(default_study, t
 # --- a job killed mid-run ------------------------------------------------------------------------
 
 # A DDP cell over 2 ranks added to the finished study; in the runs that are killed, rank 1 stops
-# answering at epoch 2 (dpstudy.engine.cell.injected_fault), so the kill finds it mid-run.
+# answering at epoch 2 (dpstudy.engine.cell.injected_fault), so the kill finds it mid-run. Batch
+# 256: the epoch each of its four killed starts waits for, and the two its rerun trains, take half
+# the time they take at 64.
 LONG_SWEEP = {
     "name": "long",
     "dataset": "synthetic",
     "model": "lenet",
-    "grid": {"mode": ["ddp"], "gpus": [2], "batch": [64], "backend": ["gloo"]},
+    "grid": {"mode": ["ddp"], "gpus": [2], "batch": [256], "backend": ["gloo"]},
     "set": {"epochs": 2, "repeats": 1},
 }
 WITH_LONG = with_sweeps(MODES, LONG_SWEEP)
