@@ -145,8 +145,8 @@ def train(name: str, data, epochs: int, settings: dict) -> tuple[float, float]:
             F.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
     model.eval()
-    with torch.no_grad():
-        logits = model(x_test)
+    with torch.no_grad():  # in batches: one forward of all 1000 images took 1.4x as long on one core
+        logits = torch.cat([model(images) for images in x_test.split(settings["batch"])])
     return (logits.argmax(1) == y_test).float().mean().item(), logits.abs().max().item()
 
 
