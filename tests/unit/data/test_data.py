@@ -195,7 +195,8 @@ def server(tmp_path):
             pass
 
     httpd = _Server(("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # shutdown() waits for serve_forever's next poll: 0.5 s by default, for every test that serves
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     httpd.folder, httpd.requests = served / "files", requests
     httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}/files/"
     yield httpd
