@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpstudy.util.atomic import write_json
+from dpstudy.util.cachedir import user_cache
 
 ENV = "DPSTUDY_EXT_CACHE"
 LIBRARY = "library.so"  # an entry's copy of the library, whatever the build calls it
@@ -32,13 +33,7 @@ LIBRARY = "library.so"  # an entry's copy of the library, whatever the build cal
 
 def folder() -> Path | None:
     """The cache folder, or None when DPSTUDY_EXT_CACHE is `off`."""
-    chosen = os.environ.get(ENV, "")
-    if chosen.lower() == "off":
-        return None
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dpstudy" / "ext"
+    return user_cache(ENV, "ext")
 
 
 def key(inputs: dict[str, Any]) -> str:

@@ -19,18 +19,10 @@ import os
 import time
 from pathlib import Path
 
+from dpstudy.util.cachedir import user_cache
+
 ENV = "DPSTUDY_CODE_CACHE"
 KEEP_DAYS = 14
-
-
-def folder() -> Path | None:
-    chosen = os.environ.get(ENV, "")
-    if chosen.lower() == "off":
-        return None
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dpstudy" / "closures"
 
 
 def state_key(starts: list[Path | None], package: Path) -> str:
@@ -48,16 +40,15 @@ def state_key(starts: list[Path | None], package: Path) -> str:
 
 def entry(starts: list[Path | None], package: Path) -> Path | None:
     """The entry of this state (None with the cache off, or where a file vanished as it was read)."""
-    root = folder()
+    root = user_cache(ENV, "closures")
     try:
         return None if root is None else root / f"{state_key(starts, package)}.json"
     except OSError:
         return None
 
 
-def lookup(starts: list[Path | None], package: Path) -> list[Path] | None:
-    """The closure stored for this state, or None."""
-    path = entry(starts, package)
+def lookup(path: Path | None) -> list[Path] | None:
+    """The closure stored in entry `path`, or None."""
     try:
         found = [Path(p) for p in json.loads(path.read_text())] if path else None
     except (OSError, ValueError):
@@ -67,10 +58,9 @@ def lookup(starts: list[Path | None], package: Path) -> list[Path] | None:
     return found
 
 
-def store(starts: list[Path | None], package: Path, found: list[Path]) -> None:
-    """Keep `found` for this state (atomically: a reader sees a whole entry or none); then drop
+def store(path: Path | None, found: list[Path]) -> None:
+    """Keep `found` in entry `path` (atomically: a reader sees a whole entry or none); then drop
     entries unused for KEEP_DAYS."""
-    path = entry(starts, package)
     if path is None:
         return
     try:

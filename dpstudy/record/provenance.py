@@ -97,11 +97,12 @@ def closure(roots: tuple[str | Path, ...]) -> list[Path]:
     Code that imports this module depends on the training code too: it hashes it.
     Kept on disk (closure_cache) under the state of every file it may read."""
     starts = [Path(r).resolve() if str(r).endswith((".py", ".ipynb")) else module_file(r) for r in roots]
-    known = closure_cache.lookup(starts, PACKAGE)
+    entry = closure_cache.entry(starts, PACKAGE)
+    known = closure_cache.lookup(entry)
     if known is not None:
         return known
     found = _closure(starts, roots)
-    closure_cache.store(starts, PACKAGE, found)
+    closure_cache.store(entry, found)
     return found
 
 

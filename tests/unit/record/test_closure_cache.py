@@ -11,6 +11,14 @@ import pytest
 from dpstudy.record import closure_cache
 
 
+def lookup(starts, package):
+    return closure_cache.lookup(closure_cache.entry(starts, package))
+
+
+def store(starts, package, found):
+    closure_cache.store(closure_cache.entry(starts, package), found)
+
+
 @pytest.fixture
 def package(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv(closure_cache.ENV, str(tmp_path / "cache"))
@@ -23,10 +31,10 @@ def package(tmp_path, monkeypatch) -> Path:
 
 def test_a_closure_is_found_again_until_a_file_it_may_read_changes(package, tmp_path):
     starts, found = [package / "a.py"], [package / "a.py", package / "sub" / "b.py"]
-    assert closure_cache.lookup(starts, package) is None
-    closure_cache.store(starts, package, found)
-    assert closure_cache.lookup(starts, package) == found
-    assert closure_cache.lookup([package / "sub" / "b.py"], package) is None  # other roots, other entry
+    assert lookup(starts, package) is None
+    store(starts, package, found)
+    assert lookup(starts, package) == found
+    assert lookup([package / "sub" / "b.py"], package) is None  # other roots, other entry
     # an edit (its size), a touch (its time), a new file, a renamed one: each a state of its own
     changes = [
         lambda: (package / "sub" / "b.py").write_text("import pkg.a\n"),
@@ -36,15 +44,15 @@ def test_a_closure_is_found_again_until_a_file_it_may_read_changes(package, tmp_
     ]
     for change in changes:
         change()
-        assert closure_cache.lookup(starts, package) is None
-        closure_cache.store(starts, package, found)
-        assert closure_cache.lookup(starts, package) == found
+        assert lookup(starts, package) is None
+        store(starts, package, found)
+        assert lookup(starts, package) == found
     # a file back as it was (its time too) is that state again; byte-code caches are no state
     (package / "sub" / "defaults.yaml").unlink()
-    assert closure_cache.lookup(starts, package) == found
+    assert lookup(starts, package) == found
     (package / "__pycache__").mkdir()
     (package / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
-    assert closure_cache.lookup(starts, package) == found
+    assert lookup(starts, package) == found
 
 
 def test_entries_unused_for_long_go_when_one_is_written(package, tmp_path):
@@ -52,19 +60,19 @@ def test_entries_unused_for_long_go_when_one_is_written(package, tmp_path):
     old.parent.mkdir()
     old.write_text("[]")
     os.utime(old, (0, 0))
-    closure_cache.store([package / "a.py"], package, [package / "a.py"])
+    store([package / "a.py"], package, [package / "a.py"])
     assert not old.exists() and len(list(old.parent.iterdir())) == 1
 
 
 def test_off_or_unwritable_the_closure_is_read_each_time(package, tmp_path, monkeypatch):
     monkeypatch.setenv(closure_cache.ENV, "off")
-    closure_cache.store([package / "a.py"], package, [package / "a.py"])
-    assert closure_cache.lookup([package / "a.py"], package) is None
+    store([package / "a.py"], package, [package / "a.py"])
+    assert lookup([package / "a.py"], package) is None
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv(closure_cache.ENV, str(blocker / "cache"))  # a folder below a file
-    closure_cache.store([package / "a.py"], package, [package / "a.py"])
-    assert closure_cache.lookup([package / "a.py"], package) is None
+    store([package / "a.py"], package, [package / "a.py"])
+    assert lookup([package / "a.py"], package) is None
 
 
 def test_a_process_reads_the_training_closure_from_the_cache(tmp_path):
