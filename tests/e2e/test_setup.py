@@ -220,6 +220,33 @@ def test_uv_is_given_the_index_pip_is_given_in_the_environment(monkeypatch):
     assert env["UV_INDEX"] == "https://mine.example/simple"
 
 
+def test_byte_compile_skips_the_packages_test_suites_and_what_this_python_cannot_parse(tmp_path):
+    # The venv itself lies in a folder called tests: only folders inside site-packages count.
+    venv = tmp_path / "tests" / "v"
+    subprocess.run([str(BASE_PYTHON), "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    for name, text in {
+        "pkg/__init__.py": "",
+        "pkg/core.py": "X = 1\n",
+        "pkg/tests/test_core.py": "def test(): pass\n",
+        "pkg/sub/test/helper.py": "Y = 2\n",
+        "pkg/testing.py": "Z = 3\n",
+        "pkg/future.py": "def f[T](a): pass\n" if sys.version_info < (3, 12) else "def f(:\n",
+    }.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    installer.byte_compile(venv)
+    compiled = {p.parent.parent.relative_to(site) / p.name.split(".")[0] for p in site.rglob("*.pyc")}
+    assert compiled == {Path("pkg/__init__"), Path("pkg/core"), Path("pkg/testing")}
+
+
 # ---- the lock -----------------------------------------------------------------------------------
 
 
