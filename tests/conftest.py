@@ -64,42 +64,7 @@ def ext_test_dir() -> Path:
     return folder
 
 
-# --- running in parallel (make test: pytest -n 2, pytest-xdist) ------------------------------------
-
-# A test module is one unit of work; modules that share a session fixture too costly to make twice
-# are one unit together.
-SHARED = {
-    "tests/e2e/test_default_study.py": "default_study",
-    "tests/e2e/test_reruns.py": "default_study",
-    "tests/e2e/test_faults.py": "default_study",
-}
-# The longest units first, so that no worker starts one of them when the other is nearly done
-# (test_train: 263 s of make test, 86 s of make test-fast, the longest unit there).
-FIRST = (
-    "default_study",
-    "tests/e2e/test_cluster.py",
-    "tests/unit/engine/test_train.py",
-    "tests/e2e/test_own_model.py",
-    "tests/e2e/test_setup.py",
-)
-# Units that mostly wait, holding a worker but not a core: for SLURM's scheduler and the minute of
-# its shortest time limit, for time limits and timeouts of our own. With --waiting-lane the last
-# pytest-xdist worker runs these alone, beside the others (one per core), which take the rest.
-WAITING = (
-    "tests/e2e/test_cluster.py",
-    "tests/unit/jobs/test_launch.py",
-    "tests/unit/jobs/test_time_limit.py",
-    "tests/unit/gpucheck/test_gpucheck.py",
-)
-
-
-def pytest_addoption(parser):
-    parser.addoption(
-        "--waiting-lane",
-        action="store_true",
-        help="pytest-xdist: the last worker runs the units that mostly wait (tests/conftest.py WAITING) and "
-        "nothing else; the other workers run the rest, and the waiting units the last one has not started",
-    )
+pytest_plugins = ("helpers.schedule",)
 
 
 def pytest_configure(config):
@@ -117,10 +82,6 @@ def pytest_configure(config):
     loop took 33 s and 33 CPU-s spinning, 12 s and 12.5 CPU-s asleep (8 s alone). No test asserts
     a speed; a study run by hand spins as OpenMP does by default."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    named = [*SHARED, *FIRST, *WAITING]
-    missing = sorted({m for m in named if m.endswith(".py") and not (config.rootpath / m).is_file()})
-    if missing:  # a renamed module would silently lose its place in the schedule
-        raise pytest.UsageError(f"tests/conftest.py names test modules that do not exist: {', '.join(missing)}")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         config.machine_at_start = machine.reference()  # before any worker starts: an idle machine
         os.environ.setdefault("DPSTUDY_GPU_SEED", str(secrets.randbelow(2**31)))
@@ -134,57 +95,6 @@ def pytest_unconfigure(config):
     for cache in (getattr(config, "ext_cache", None), getattr(config, "code_cache", None)):
         if cache:
             shutil.rmtree(cache, ignore_errors=True)
-
-
-def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: its module, or the name its module shares in SHARED."""
-    module = nodeid.split("::")[0]
-    return SHARED.get(module, module)
-
-
-def pytest_collection_modifyitems(config, items):
-    """The units of FIRST first (without xdist only the order changes)."""
-    rank = {unit: i for i, unit in enumerate(FIRST)}
-    # stable: within a unit, and among the rest, collection order stays
-    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(FIRST)))
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's scheduler, handing out whole units (a module's fixtures made once, on one
-    worker) in collection order. Its own --dist loadgroup cannot: it marks a group by rewriting
-    item._nodeid, which pytest 9 no longer reads."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    lane_wanted = config.getoption("waiting_lane")
-
-    class ModuleUnits(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return unit_of(nodeid)
-
-        lane = None  # the waiting lane's worker id: the last worker (gw<N-1>), where there are several
-
-        def schedule(self) -> None:
-            if self.lane is None and lane_wanted and len(self.nodes) > 1:
-                self.lane = max((n.gateway.id for n in self.nodes), key=lambda id: int(id.removeprefix("gw")))
-            super().schedule()
-
-        def _assign_work_unit(self, node) -> None:
-            """The next unit in order that this worker takes; the lane, finding none, is done."""
-            lane = node.gateway.id == self.lane
-            fits = [scope for scope in self.workqueue if (scope in WAITING) == lane]
-            if not fits and not lane:
-                fits = list(self.workqueue)  # the waiting units the lane has not reached yet
-            if not fits:
-                node.shutdown()
-                return
-            work_unit = self.workqueue.pop(fits[0])
-            self.assigned_work.setdefault(node, {})[fits[0]] = work_unit
-            collection = self.registered_collections[node]
-            node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
-
-    config.option.loadscopereorder = False
-    return ModuleUnits(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,6 +1,6 @@
 """The launcher's time limit on a real cell: a DDP cell over Gloo whose rank hangs is stopped at its
 limit, every process with it. A unit of its own: it mostly waits for the limit, so `make test` runs
-it on the worker for waiting tests (tests/conftest.py WAITING)."""
+it on the worker for waiting tests (tests/helpers/schedule.py WAITING)."""
 
 import re
 import subprocess

@@ -1,0 +1,146 @@
+"""How the suite is shared among pytest-xdist's workers (make test: `pytest -n 3 --waiting-lane`):
+units of work (a module, or modules that share a costly session fixture), the longest first, and
+a last worker, the waiting lane, that runs the units that mostly wait. A plugin of tests/conftest.py
+(`pytest_plugins`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# A test module is one unit of work; modules that share a session fixture too costly to make twice
+# are one unit together.
+SHARED = {
+    "tests/e2e/test_default_study.py": "default_study",
+    "tests/e2e/test_reruns.py": "default_study",
+    "tests/e2e/test_faults.py": "default_study",
+}
+# The longest units first, so that no worker starts one of them when the other is nearly done:
+# in collection order the report's tests (35 s of make test-fast) came last, and one worker ended
+# 8 s after the other. test_train is the longest unit of make test-fast (86 s) and the second of
+# make test (263 s); ViT and compile take 70-90 s of make test, the last four 12-23 s of either.
+FIRST = (
+    "default_study",
+    "tests/e2e/test_cluster.py",
+    "tests/unit/engine/test_train.py",
+    "tests/e2e/test_own_model.py",
+    "tests/e2e/test_setup.py",
+    "tests/unit/models/test_vit.py",
+    "tests/unit/engine/test_compile.py",
+    "tests/unit/report/test_plots.py",
+    "tests/unit/ext/test_ext.py",
+    "tests/unit/data/test_user_data.py",
+    "tests/unit/report/test_report.py",
+)
+# Units that mostly wait, holding a worker but not a core: for SLURM's scheduler and the minute of
+# its shortest time limit, for time limits and timeouts of our own. With --waiting-lane the last
+# pytest-xdist worker runs these alone, beside the others (one per core), which take the rest.
+WAITING = (
+    "tests/e2e/test_cluster.py",
+    "tests/unit/jobs/test_launch.py",
+    "tests/unit/jobs/test_time_limit.py",
+    "tests/unit/gpucheck/test_gpucheck.py",
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--waiting-lane",
+        action="store_true",
+        help="pytest-xdist: the last worker runs the units that mostly wait (tests/helpers/schedule.py WAITING) and "
+        "nothing else; the other workers run the rest, and the waiting units the last one has not started",
+    )
+
+
+def pytest_configure(config):
+    named = [*SHARED, *FIRST, *WAITING]
+    missing = sorted({m for m in named if m.endswith(".py") and not (config.rootpath / m).is_file()})
+    if missing:  # a renamed module would silently lose its place in the schedule
+        raise pytest.UsageError(f"tests/helpers/schedule.py names test modules that do not exist: {', '.join(missing)}")
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the name its module shares in SHARED."""
+    module = nodeid.split("::")[0]
+    return SHARED.get(module, module)
+
+
+def on_the_waiting_lane(config) -> bool:
+    """In a pytest-xdist worker: whether it is the waiting lane (the last worker, as the scheduler
+    below picks it)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    return bool(worker) and count > 1 and config.getoption("waiting_lane") and worker == f"gw{count - 1}"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The waiting lane imports only the modules it may run: a worker's collection of the whole suite
+    is 10 CPU-s (torch with its compiler, pandas, matplotlib, assertion rewriting), the lane's own
+    modules 3; measured, a run of a few tests took 3.7 s less wall and 8 CPU-s less."""
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") and on_the_waiting_lane(config):
+        return collection_path.relative_to(config.rootpath).as_posix() not in WAITING
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """The units of FIRST first (without xdist only the order changes)."""
+    rank = {unit: i for i, unit in enumerate(FIRST)}
+    # stable: within a unit, and among the rest, collection order stays
+    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(FIRST)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler, handing out whole units (a module's fixtures made once, on one
+    worker) in collection order. Its own --dist loadgroup cannot: it marks a group by rewriting
+    item._nodeid, which pytest 9 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    lane_wanted = config.getoption("waiting_lane")
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+        lane = None  # the waiting lane's worker id: the last worker (gw<N-1>), where there are several
+
+        def schedule(self) -> None:
+            if self.lane is None and lane_wanted and len(self.nodes) > 1:
+                self.lane = max((n.gateway.id for n in self.nodes), key=lambda id: int(id.removeprefix("gw")))
+            super().schedule()
+
+        def _check_nodes_have_same_collection(self) -> bool:
+            """The other workers collected the same tests (xdist's check, which takes the first
+            collection as the run's: the lane's goes last), and the lane those of them that are in
+            WAITING's modules, the only ones it imports."""
+            lane = next((n for n in self.registered_collections if n.gateway.id == self.lane), None)
+            if lane is None:
+                return super()._check_nodes_have_same_collection()
+            lanes = self.registered_collections.pop(lane)
+            same = super()._check_nodes_have_same_collection()
+            self.registered_collections[lane] = lanes
+            run = next(iter(self.registered_collections.values()))
+            if lanes == [nodeid for nodeid in run if unit_of(nodeid) in WAITING]:
+                return same
+            message = f"the waiting lane {lane.gateway.id} collected other tests of WAITING's modules than the rest"
+            self.log(message)
+            failed = pytest.CollectReport(nodeid=lane.gateway.id, outcome="failed", longrepr=message, result=[])
+            self.config.hook.pytest_collectreport(report=failed)
+            return False
+
+        def _assign_work_unit(self, node) -> None:
+            """The next unit in order that this worker takes; the lane, finding none, is done."""
+            lane = node.gateway.id == self.lane
+            fits = [scope for scope in self.workqueue if (scope in WAITING) == lane]
+            if not fits and not lane:
+                fits = list(self.workqueue)  # the waiting units the lane has not reached yet
+            if not fits:
+                node.shutdown()
+                return
+            work_unit = self.workqueue.pop(fits[0])
+            self.assigned_work.setdefault(node, {})[fits[0]] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+
+    config.option.loadscopereorder = False
+    return ModuleUnits(config, log)
