@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from dpstudy_setup import REPO, SetupError, say
@@ -58,16 +59,43 @@ def uv_environment() -> dict[str, str]:
     return env
 
 
-def with_uv(venv: Path, args: list[str]) -> bool:
-    """`uv pip install ARGS` into the venv, uv itself installed there first; False when either failed
-    (uv's or pip's messages are above)."""
-    uv = venv / "bin" / "uv"
-    if not uv.exists():
-        proc = subprocess.run([str(venv_python(venv)), "-m", "pip", "install", "--quiet", UV], cwd=REPO)
-        if proc.returncode != 0:
-            return False
+# Whether the venv has a pip of its own (not one --system-site-packages shows it). A venv for uv is
+# made without: uv installs pip there in 0.2 s where ensurepip takes 4 s; only when uv fails does
+# pip need ensurepip's.
+HAS_OWN_PIP = """
+import importlib.util, sys, sysconfig
+spec = importlib.util.find_spec("pip")
+sys.exit(0 if spec and spec.origin.startswith(sysconfig.get_path("purelib")) else 1)
+"""
+
+
+def ensure_pip(venv: Path) -> None:
+    """ensurepip's pip in the venv, as `python -m venv` would have put it, unless it has its own."""
+    python = str(venv_python(venv))
+    if subprocess.run([python, "-c", HAS_OWN_PIP], cwd=REPO).returncode != 0:
+        subprocess.run(
+            [python, "-m", "ensurepip", "--upgrade", "--default-pip"], check=True, stdout=subprocess.DEVNULL, cwd=REPO
+        )
+
+
+def install_uv(venv: Path, python: str) -> bool:
+    """uv into the venv, by the pip of `python` (the Python the venv is made from: pip 22.3 and later
+    install into another environment with --python), else by the venv's own pip; False when both
+    failed (the second's messages are above)."""
+    target = ["--python", str(venv_python(venv)), "install", "--quiet", UV]
+    if subprocess.run([python, "-m", "pip", *target], capture_output=True, cwd=REPO).returncode == 0:
+        return True
+    ensure_pip(venv)
+    return subprocess.run([str(venv_python(venv)), "-m", "pip", "install", "--quiet", UV], cwd=REPO).returncode == 0
+
+
+def with_uv(venv: Path, args: list[str], python: str) -> bool:
+    """`uv pip install ARGS` into the venv, uv itself and then pip installed there first; False when
+    any failed (uv's or pip's messages are above)."""
+    if not (venv / "bin" / "uv").exists() and not install_uv(venv, python):
+        return False
     for step in (["install", "--upgrade", "pip"], args):
-        cmd = [str(uv), "pip", step[0], "--quiet", "--python", str(venv_python(venv)), *step[1:]]
+        cmd = [str(venv / "bin" / "uv"), "pip", step[0], "--quiet", "--python", str(venv_python(venv)), *step[1:]]
         if subprocess.run(cmd, env=uv_environment(), cwd=REPO).returncode != 0:
             return False
     return True
@@ -95,13 +123,21 @@ def byte_compile(venv: Path) -> None:
     subprocess.run([str(venv_python(venv)), "-c", BYTE_COMPILE], check=True, cwd=REPO)
 
 
-def install(venv: Path, args: list[str], wheels: Path | None, mode: str, installer: str = "auto") -> None:
+def uses_uv(wheels: Path | None, mode: str, installer: str) -> bool:
+    """Whether uv installs (online from the lock) rather than pip."""
+    return wheels is None and mode == "lock" and installer == "auto"
+
+
+def install(
+    venv: Path, args: list[str], wheels: Path | None, mode: str, installer: str = "auto", python: str = sys.executable
+) -> None:
     """`pip install ARGS` into the venv: by uv online from the lock unless `installer` is pip, else
     (or when uv failed) by pip; then byte-compiles it, the same way whichever installed."""
-    uv_first = wheels is None and mode == "lock" and installer == "auto"
-    if not (uv_first and with_uv(venv, args)):
+    uv_first = uses_uv(wheels, mode, installer)
+    if not (uv_first and with_uv(venv, args, python)):
         if uv_first:
             say("uv could not install them (its messages are above); installing with pip instead")
+        ensure_pip(venv)
         if not wheels:
             pip(venv, ["install", "--no-compile", "--upgrade", "pip"], None)
         pip(venv, [args[0], "--no-compile", *args[1:]], wheels)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dpstudy_setup import LOCK, PYPROJECT, REPO, TORCH_LOCK, SetupError, say
 from dpstudy_setup.hosttorch import check_host_torch, describe_torch, probe
-from dpstudy_setup.installer import INSTALLERS, install, venv_python
+from dpstudy_setup.installer import INSTALLERS, install, uses_uv, venv_python
 from dpstudy_setup.versions import canonicalize_name, read_pins
 
 STATE_FILE = "dpstudy-setup.json"
@@ -48,7 +48,7 @@ def includes_system_site(venv: Path) -> bool | None:
     return bool(match) and match.group(1).lower() == "true"
 
 
-def create_venv(venv: Path, python: str, mode: str) -> None:
+def create_venv(venv: Path, python: str, mode: str, pip: bool) -> None:
     system = mode == "system"
     current = includes_system_site(venv)
     if current is not None and current == system:
@@ -57,7 +57,9 @@ def create_venv(venv: Path, python: str, mode: str) -> None:
         say(f"making {venv} anew: it was set up for {'the host' if current else 'the lock'}'s PyTorch")
         shutil.rmtree(venv)
     say(f"creating {venv} with {python}" + (" (it sees the host's packages)" if system else ""))
-    subprocess.run([python, "-m", "venv", *(["--system-site-packages"] if system else []), str(venv)], check=True)
+    # Without pip where uv installs: it puts pip there (dpstudy_setup.installer.with_uv).
+    options = [*([] if pip else ["--without-pip"]), *(["--system-site-packages"] if system else [])]
+    subprocess.run([python, "-m", "venv", *options, str(venv)], check=True)
 
 
 def expose_host_torch(venv: Path, host: dict) -> dict:
@@ -121,7 +123,7 @@ def setup(
         # Checked before the venv is touched: a refusal leaves an existing venv as it was.
         host = probe(python)
         check_host_torch(host)
-    create_venv(venv, python, mode)
+    create_venv(venv, python, mode, pip=not uses_uv(wheels, mode, installer))
     found = {}
     if mode == "system":
         found = expose_host_torch(venv, host)
@@ -130,7 +132,7 @@ def setup(
     with tempfile.TemporaryDirectory() as tmp:
         host_packages = found.get("distributions", {})
         requirements = [*constraints(mode, host_packages, Path(tmp)), "-e", f"{REPO}[{extras}]"]
-        install(venv, ["install", *requirements], wheels, mode, installer)
+        install(venv, ["install", *requirements], wheels, mode, installer, python)
     subprocess.run(
         [
             str(venv_python(venv)),

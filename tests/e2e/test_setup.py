@@ -199,15 +199,34 @@ def test_a_wrong_mode_or_a_missing_wheel_folder_is_an_error(tmp_path):
         assert not (tmp_path / "v").exists()
 
 
-def test_where_uv_cannot_install_pip_tries_and_its_failure_is_the_error(tmp_path, capfd):
-    # A venv without pip: pip cannot install uv there, nor anything else.
+def venv_site(venv: Path) -> Path:
+    return Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+
+
+def test_where_uv_cannot_install_pip_tries_and_its_failure_is_the_error(tmp_path, capfd, monkeypatch):
+    # No index: the pip that runs the set-up cannot install uv into the venv, nor can the venv's own
+    # pip, a stand-in that fails as pip does offline (no ensurepip: the venv has its own pip).
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
     venv = tmp_path / "v"
     subprocess.run([str(BASE_PYTHON), "-m", "venv", "--without-pip", str(venv)], check=True)
+    fake = venv_site(venv) / "pip"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("import sys\nsys.exit(f'offline pip: no {sys.argv[-1]}')\n")
     with pytest.raises(SetupError, match="pip install failed; its messages are above"):
-        installer.install(venv, ["install", "dpstudy-no-such-package"], None, "lock")
+        installer.install(venv, ["install", "dpstudy-no-such-package"], None, "lock", python=sys.executable)
     out, err = capfd.readouterr()
     assert "uv could not install them (its messages are above); installing with pip instead" in out + err
-    assert "No module named pip" in err
+    # uv by the venv's pip (the set-up's own pip failed quietly), then pip itself: both refused
+    assert "offline pip: no uv==0.13.9" in err and "offline pip: no pip" in err
+    assert not (venv / "bin" / "uv").exists()
 
 
 def test_uv_is_given_the_index_pip_is_given_in_the_environment(monkeypatch):
@@ -224,14 +243,7 @@ def test_byte_compile_skips_the_packages_test_suites_and_what_this_python_cannot
     # The venv itself lies in a folder called tests: only folders inside site-packages count.
     venv = tmp_path / "tests" / "v"
     subprocess.run([str(BASE_PYTHON), "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = Path(
-        subprocess.run(
-            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
+    site = venv_site(venv)
     for name, text in {
         "pkg/__init__.py": "",
         "pkg/core.py": "X = 1\n",
@@ -367,6 +379,9 @@ def test_offline_setup_on_a_host_pytorch_other_than_the_lock_s(tmp_path):
     }
     state = json.loads((checkout / ".venv" / STATE_FILE).read_text())
     assert state["torch"] == "system" and state["torch_version"] == host_torch
+    # The venv is made without pip; pip installs there, so ensurepip put the venv's own first, not the host's.
+    pip = subprocess.run([str(venv_python), "-m", "pip", "--version"], capture_output=True, text=True, check=True)
+    assert f"from {checkout / '.venv'}/" in pip.stdout, pip.stdout
 
     # The venv remembers how it was made: a plain `make setup` (make run, make test) keeps it, silently.
     again = subprocess.run(offline([*make, "setup"]), capture_output=True, text=True)
