@@ -1,10 +1,11 @@
 """Installing into the venv: uv where it can, pip where it cannot.
 
 Online from the lock (the default set-up), uv installs: it downloads in parallel, keeps unpacked
-wheels in its cache (~/.cache/uv; UV_CACHE_DIR moves it) and links them into a new venv;
-then byte_compile compiles it on every core. Measured on a 2-core machine: a new venv with the lock's CUDA PyTorch
-in 26 s with uv (15 s with a cold cache, before byte-compiling) against 84 s with pip; the same
-packages at the same versions either way (`pip freeze` identical).
+wheels in its cache (~/.cache/uv; UV_CACHE_DIR moves it) and links them into a new venv, made
+without pip (uv installs pip); then byte_compile compiles the venv on every core. Measured on a
+2-core machine, a new venv with the lock's CUDA PyTorch from uv's cache: 22-25 s, of which 15-17 s
+byte-compiling (84 s with pip); the same packages at the same versions either way (`pip freeze`
+identical).
 
 pip stays where uv would change what is tested: offline from a folder of wheels (WHEELS=, which
 `make wheelhouse` fills for pip) and on a host's PyTorch (TORCH=system: uv does not see packages a
