@@ -1,6 +1,10 @@
 """One training step's memory split by PyTorch's tracker (dpstudy.engine.memory), against sizes
 known from the model and the optimizer."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -49,15 +53,21 @@ def test_categories_fold_into_four_parts_and_a_new_one_is_not_lost():
 
 
 def test_on_a_cpu_the_step_reads_how_much_the_resident_memory_grew():
-    from dpstudy.engine.memory import host_step
-
-    def step():  # three 64 MiB tensors alive at once, touched (randn writes every page)
-        held = [torch.randn(4096, 4096) for _ in range(3)]
-        return float(sum(t[0, 0] for t in held))
-
-    first, growth = host_step(step)
-    assert isinstance(first, float)
+    # In a process of its own, as a cell's rank: a test worker's heap may hold freed pages a step
+    # reuses (a full run read 0.0 MiB here once), which a fresh process does not.
+    code = """
+import json, torch
+from dpstudy.engine.memory import host_step
+def step():  # three 64 MiB tensors alive at once, touched (randn writes every page)
+    held = [torch.randn(4096, 4096) for _ in range(3)]
+    return float(sum(t[0, 0] for t in held))
+first, growth = host_step(step)
+_, nothing = host_step(lambda: None)
+print(json.dumps([isinstance(first, float), growth, nothing]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    is_float, growth, nothing = json.loads(out)
+    assert is_float
     # the peak was reset before the step: 192 MiB and the allocator's rounding, not the process's history
     assert 190 <= growth["rss_growth_mb"] <= 260, growth
-    _, nothing = host_step(lambda: None)
     assert 0 <= nothing["rss_growth_mb"] < 5
