@@ -66,11 +66,15 @@ def unit_of(nodeid: str) -> str:
     return SHARED.get(module, module)
 
 
+def lane_id(workers: int) -> str:
+    """The waiting lane's pytest-xdist worker: the last one."""
+    return f"gw{workers - 1}"
+
+
 def on_the_waiting_lane(config) -> bool:
-    """In a pytest-xdist worker: whether it is the waiting lane (the last worker, as the scheduler
-    below picks it)."""
+    """In a pytest-xdist worker: whether it is the waiting lane."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    return bool(worker) and count > 1 and config.getoption("waiting_lane") and worker == f"gw{count - 1}"
+    return bool(worker) and count > 1 and config.getoption("waiting_lane") and worker == lane_id(count)
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -96,18 +100,15 @@ def pytest_xdist_make_scheduler(config, log):
     item._nodeid, which pytest 9 no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
 
-    lane_wanted = config.getoption("waiting_lane")
+    workers = config.getoption("numprocesses") or 0  # a number by now ("auto" resolved)
+    lane_wanted = config.getoption("waiting_lane") and workers > 1
 
     class ModuleUnits(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
-        lane = None  # the waiting lane's worker id: the last worker (gw<N-1>), where there are several
-
-        def schedule(self) -> None:
-            if self.lane is None and lane_wanted and len(self.nodes) > 1:
-                self.lane = max((n.gateway.id for n in self.nodes), key=lambda id: int(id.removeprefix("gw")))
-            super().schedule()
+        # the waiting lane's worker id, where there are several workers
+        lane = lane_id(workers) if lane_wanted else None
 
         def _check_nodes_have_same_collection(self) -> bool:
             """The other workers collected the same tests (xdist's check, which takes the first
@@ -131,14 +132,14 @@ def pytest_xdist_make_scheduler(config, log):
         def _assign_work_unit(self, node) -> None:
             """The next unit in order that this worker takes; the lane, finding none, is done."""
             lane = node.gateway.id == self.lane
-            fits = [scope for scope in self.workqueue if (scope in WAITING) == lane]
-            if not fits and not lane:
-                fits = list(self.workqueue)  # the waiting units the lane has not reached yet
-            if not fits:
+            scope = next((scope for scope in self.workqueue if (scope in WAITING) == lane), None)
+            if scope is None and not lane:
+                scope = next(iter(self.workqueue), None)  # a waiting unit the lane has not reached yet
+            if scope is None:
                 node.shutdown()
                 return
-            work_unit = self.workqueue.pop(fits[0])
-            self.assigned_work.setdefault(node, {})[fits[0]] = work_unit
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
             collection = self.registered_collections[node]
             node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
 
