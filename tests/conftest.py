@@ -84,6 +84,7 @@ def pytest_configure(config):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         config.machine_at_start = machine.reference()  # before any worker starts: an idle machine
+        config.cpu_ticks_at_start = machine.cpu_ticks()
         os.environ.setdefault("DPSTUDY_GPU_SEED", str(secrets.randbelow(2**31)))
         config.ext_cache = tempfile.mkdtemp(prefix="dpstudy-ext-cache-")
         os.environ[EXT_CACHE_ENV] = config.ext_cache
@@ -166,8 +167,14 @@ def pytest_runtest_logreport(report):
 
 def pytest_terminal_summary(terminalreporter, config):
     if getattr(config, "machine_at_start", None):  # once every worker has finished: idle again
-        terminalreporter.section("machine reference (tests/helpers/machine.py: one core, pure Python)")
+        ticks = machine.cpu_ticks()  # before the reference below takes a core
+        terminalreporter.section("the machine (tests/helpers/machine.py)")
         terminalreporter.write_line(f"at the start: {config.machine_at_start}; at the end: {machine.reference()}")
+        if config.cpu_ticks_at_start and ticks:
+            cores, ticks_per_s = os.cpu_count() or 1, os.sysconf("SC_CLK_TCK")
+            terminalreporter.write_line(
+                f"over the run, {machine.usage(config.cpu_ticks_at_start, ticks, cores, ticks_per_s)}"
+            )
     if BY_MODULE:
         terminalreporter.section("time per test module (every phase; a module's fixtures included)")
         ranked = sorted(BY_MODULE.items(), key=lambda item: -item[1][0])

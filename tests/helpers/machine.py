@@ -1,6 +1,8 @@
-"""How fast this machine is right now, by a fixed pure-Python workload on one core: the test run
-prints it at its start and its end, so that a slower `make test` can be told apart from a slower
-machine (the same suite took 13 m 52 s one day and 17 m 05 s another here)."""
+"""How fast this machine is right now, by a fixed pure-Python workload on one core, and what its
+cores did over the run (busy, idle, taken by the hypervisor): the test run prints both at its
+end, so that a slower `make test` can be told apart from a slower machine (the same suite took
+13 m 52 s one day and 17 m 05 s another here), and a run short of cores from one that leaves
+them idle."""
 
 from __future__ import annotations
 
@@ -32,3 +34,38 @@ def reference(rounds: int = 5) -> str:
     steps = statistics.median(arithmetic_rate() for _ in range(rounds))
     copies = statistics.median(copy_rate(source, target) for _ in range(rounds))
     return f"{steps:.1f} M Python steps/s, {copies:.1f} GB/s copied"
+
+
+# --- what the machine's cores did over the run -----------------------------------------------------
+
+# The fields of /proc/stat's first line, in clock ticks summed over the cores (proc(5)); guest time
+# is inside user and nice, so it is not counted again.
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_ticks() -> dict[str, int] | None:
+    """The cores' cumulated ticks per state, or None where /proc/stat cannot be read (not Linux)."""
+    try:
+        with open("/proc/stat") as stat:
+            values = stat.readline().split()[1:]
+    except OSError:
+        return None
+    return dict(zip(STAT_FIELDS, map(int, values), strict=False))
+
+
+def usage(start: dict[str, int], end: dict[str, int], cores: int, ticks_per_s: int) -> str:
+    """One line on the cores between two cpu_ticks(): how busy they were, how much they sat idle
+    (a run that leaves cores idle can go faster by ordering; one that does not, only by less work)
+    and how much the hypervisor took (steal: a slower VM, not a slower suite)."""
+    spent = {name: end[name] - start[name] for name in start}
+    total = sum(spent.values()) or 1
+    busy = spent["user"] + spent["nice"] + spent["system"] + spent["irq"] + spent["softirq"]
+
+    def share(ticks: int) -> str:
+        return f"{100 * ticks / total:.1f} %"
+
+    idle, stolen = share(spent["idle"] + spent["iowait"]), share(spent["steal"])
+    return (
+        f"{cores} cores: busy {share(busy)} ({busy / ticks_per_s:,.0f} CPU-s by all its processes, the suite's"
+        f" and any other), idle {idle}, taken by the hypervisor {stolen}"
+    )

@@ -1,0 +1,28 @@
+"""The suite's own gauge of the machine (tests/helpers/machine.py): what the cores did over a run."""
+
+import time
+
+from helpers import machine
+
+
+def test_usage_splits_the_cores_ticks_into_busy_idle_and_stolen():
+    start = dict.fromkeys(machine.STAT_FIELDS, 1000)
+    end = {**start, "user": 1700, "system": 1100, "softirq": 1010, "idle": 1150, "iowait": 1010, "steal": 1030}
+    # 1000 ticks in all: 810 busy (user 700, system 100, softirq 10), 160 idle (iowait 10), 30 stolen
+    line = machine.usage(start, end, cores=2, ticks_per_s=100)
+    assert line == (
+        "2 cores: busy 81.0 % (8 CPU-s by all its processes, the suite's and any other), idle 16.0 %, "
+        "taken by the hypervisor 3.0 %"
+    )
+
+
+def test_the_ticks_of_this_machine_grow_with_a_busy_core():
+    before = machine.cpu_ticks()
+    assert set(before) == set(machine.STAT_FIELDS)
+    deadline = time.process_time() + 0.3  # spin: 0.3 s of this process's CPU, so 30 ticks at 100 Hz
+    while time.process_time() < deadline:
+        pass
+    after = machine.cpu_ticks()
+    busy = sum(after[f] - before[f] for f in ("user", "nice", "system", "irq", "softirq"))
+    assert busy >= 0.25 * 100  # at least what the spin took (USER_HZ is 100 on Linux)
+    assert all(after[f] >= before[f] for f in machine.STAT_FIELDS)
