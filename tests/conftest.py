@@ -171,10 +171,7 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("the machine (tests/helpers/machine.py)")
         terminalreporter.write_line(f"at the start: {config.machine_at_start}; at the end: {machine.reference()}")
         if config.cpu_ticks_at_start and ticks:
-            cores, ticks_per_s = os.cpu_count() or 1, os.sysconf("SC_CLK_TCK")
-            terminalreporter.write_line(
-                f"over the run, {machine.usage(config.cpu_ticks_at_start, ticks, cores, ticks_per_s)}"
-            )
+            terminalreporter.write_line(f"over the run, {machine.usage(config.cpu_ticks_at_start, ticks)}")
     if BY_MODULE:
         terminalreporter.section("time per test module (every phase; a module's fixtures included)")
         ranked = sorted(BY_MODULE.items(), key=lambda item: -item[1][0])

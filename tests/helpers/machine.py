@@ -6,6 +6,7 @@ them idle."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -41,6 +42,8 @@ def reference(rounds: int = 5) -> str:
 # The fields of /proc/stat's first line, in clock ticks summed over the cores (proc(5)); guest time
 # is inside user and nice, so it is not counted again.
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
+TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_ticks() -> dict[str, int] | None:
@@ -53,18 +56,19 @@ def cpu_ticks() -> dict[str, int] | None:
     return dict(zip(STAT_FIELDS, map(int, values), strict=False))
 
 
-def usage(start: dict[str, int], end: dict[str, int], cores: int, ticks_per_s: int) -> str:
+def usage(start: dict[str, int], end: dict[str, int], cores: int | None = None, ticks_per_s: int = TICKS_PER_S) -> str:
     """One line on the cores between two cpu_ticks(): how busy they were, how much they sat idle
     (a run that leaves cores idle can go faster by ordering; one that does not, only by less work)
     and how much the hypervisor took (steal: a slower VM, not a slower suite)."""
     spent = {name: end[name] - start[name] for name in start}
     total = sum(spent.values()) or 1
-    busy = spent["user"] + spent["nice"] + spent["system"] + spent["irq"] + spent["softirq"]
+    busy = sum(spent[name] for name in BUSY_FIELDS)
 
     def share(ticks: int) -> str:
         return f"{100 * ticks / total:.1f} %"
 
     idle, stolen = share(spent["idle"] + spent["iowait"]), share(spent["steal"])
+    cores = cores or os.cpu_count()
     return (
         f"{cores} cores: busy {share(busy)} ({busy / ticks_per_s:,.0f} CPU-s by all its processes, the suite's"
         f" and any other), idle {idle}, taken by the hypervisor {stolen}"
