@@ -14,7 +14,7 @@ from dpstudy import models
 from dpstudy.data import store as data
 from dpstudy.engine import memory, probe
 from dpstudy.engine.compiling import eager as compiling_eager
-from dpstudy.engine.cores import pin_to_cores, threads_per_process
+from dpstudy.engine.cores import pin_gpu_rank, pin_to_cores, threads_per_process
 from dpstudy.engine.heartbeat import Heartbeat
 from dpstudy.engine.loaders import make_loader
 from dpstudy.engine.modes import Mode, Skip, plan, resolve_device
@@ -149,8 +149,9 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
     except Skip as skip:
         return skipped(outcome, spec, skip, cores)
     on_cpu = par.device.type == "cpu"
-    threads = threads_per_process(cores, par.local_world_size) if on_cpu else torch.get_num_threads()
-    pinned = pin_to_cores(par.local_rank, threads) if on_cpu else []  # before torch starts its threads
+    threads = threads_per_process(cores, par.local_world_size)
+    # before torch starts its threads; a GPU rank in its GPU's share of the host (dpstudy.engine.cores)
+    pinned = pin_to_cores(par.local_rank, threads) if on_cpu else pin_gpu_rank(par.local_rank, threads)
     torch.set_num_threads(threads)
     outcome.env = with_user_code(environment(par.world_size, par.device.type, threads, spec["nodes"]), spec)
     sampler = None

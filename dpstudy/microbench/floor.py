@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from dpstudy.engine.cores import pin_to_cores, threads_per_process
+from dpstudy.engine.cores import pin_gpu_rank, pin_to_cores, threads_per_process
 from dpstudy.engine.monitor import HostLoad
 from dpstudy.engine.reference import compute, dispatch, memory, timed_rates
 from dpstudy.util.atomic import write_json
@@ -47,11 +47,10 @@ def measure(repeat: int, seconds: float = DEFAULT_SECONDS, device: str = "cpu", 
     """One run of the floor: the rates and what they ran on (a record of dpstudy/study/schema.yaml's
     spirit: flat, every value named)."""
     where = torch.device(device)
-    pinned: list[int] = []
-    if where.type == "cpu":
-        threads = threads_per_process(cores or len(os.sched_getaffinity(0)), 1)
-        pinned = pin_to_cores(0, threads)
-        torch.set_num_threads(threads)
+    # pinned and threaded as a one-device cell of this study is (dpstudy.engine.cell)
+    threads = threads_per_process(cores or len(os.sched_getaffinity(0)), 1)
+    pinned = pin_to_cores(0, threads) if where.type == "cpu" else pin_gpu_rank(0, threads)
+    torch.set_num_threads(threads)
     load = HostLoad()
     start = load.mark()
     workloads = {"compute_gflops": compute(where), "memory_gbps": memory(where), "dispatch_mops": dispatch(where)}

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import yaml
 
-from dpstudy.engine.cores import pin_to_cores
+from dpstudy.engine.cores import core_block, pin_to_cores, visible_gpu
 from dpstudy.engine.monitor import HostLoad
 from dpstudy.engine.outcome import steady_throughput
 from dpstudy.study import sweeps as study
@@ -89,6 +89,33 @@ def test_ranks_are_pinned_to_their_own_cores(local_rank, threads):
         assert cores == [] and affinity == allowed
     else:
         assert cores == affinity == expected
+
+
+def test_gpu_ranks_take_blocks_in_their_gpus_share_of_the_host():
+    cores = list(range(16))
+    # one GPU: its share is the whole host; a 1-core rank takes the first core
+    assert core_block(cores, 0, 1, gpu=0, host_gpus=1) == [0]
+    # 4 GPUs, 4 cores each: cells on GPUs 1 and 3 never share a core, whatever their local rank
+    assert core_block(cores, 0, 2, gpu=1, host_gpus=4) == [4, 5]
+    assert core_block(cores, 0, 2, gpu=3, host_gpus=4) == [12, 13]
+    # a share too small for the block, an unknown GPU, or a GPU the count does not cover: the
+    # rank's own block among the cores it may use (a scheduler's cgroup gives it only its own)
+    assert core_block(cores, 1, 5, gpu=1, host_gpus=4) == [5, 6, 7, 8, 9]
+    assert core_block([4, 5], 1, 1, gpu=None, host_gpus=8) == [5]
+    assert core_block([4, 5], 0, 1, gpu=6, host_gpus=8) == [4]
+    assert core_block([4, 5], 2, 1) == []  # more ranks than cores: nothing pinned
+
+
+@pytest.mark.parametrize(
+    "visible, local_rank, gpu",
+    [("2,3", 0, 2), ("2,3", 1, 3), ("5", 1, 5), ("", 0, None), ("GPU-6f1c2b", 0, None), (None, 0, None)],
+)
+def test_a_rank_finds_its_gpus_number_on_the_host(monkeypatch, visible, local_rank, gpu):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert visible_gpu(local_rank) == gpu
 
 
 def test_host_load_tells_our_cpu_from_other_processes():
