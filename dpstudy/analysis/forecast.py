@@ -4,7 +4,9 @@ Per workload (every setting key but the strategy's and the batch, compile kept: 
 own settings table, cells' probes and the collectives' fits (dpstudy.analysis.comm_fit):
 
   t1(b)       a single-device step at batch b: b / its measured throughput; elsewhere the line
-              a + c b through the measured batches (least squares; one batch: c b)
+              a + c b through the measured batches (least squares; one batch: c b), on CUDA
+              sqrt(a^2 + (c b)^2), where the host's launches overlap the device's work
+              (dpstudy.analysis.linefit.StepTime)
   comm(n)     the strategy's collectives per step, each message priced by its fit at n ranks
               (latency + bytes / bandwidth): DDP all-reduces the gradient in `buckets`; FSDP
               all-gathers each of its `units` (twice when shard is full: for forward and again
@@ -44,7 +46,7 @@ import pandas as pd
 
 from dpstudy.analysis.comm_fit import predicted_time
 from dpstudy.analysis.keys import SETTING_KEYS
-from dpstudy.analysis.linefit import line_fit
+from dpstudy.analysis.linefit import StepTime
 from dpstudy.analysis.memory_forecast import MemoryLine
 from dpstudy.analysis.strategies import STRATEGY_KEYS
 
@@ -120,7 +122,9 @@ class Workload:
     def __init__(self, single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame):
         self.batches = sorted(single["global_batch"].astype(float))
         self.single = dict(zip(single["global_batch"].astype(float), single["global_batch"] / single["samples_per_s"]))
-        self.a, self.c = line_fit(self.single, self.single.values())
+        # CUDA: the host's launches and the device's work overlap (linefit.StepTime)
+        overlapped = bool((single["env_device"] == "cuda").all()) if "env_device" in single else False
+        self.step_time = StepTime.fit(self.single, self.single.values(), overlapped)
         self.fits = fits
         self.layout = layout_of(multi)
         # memory_mb: the settings' step peak (dpstudy.analysis.memory_forecast), NaN where not measured
@@ -150,7 +154,7 @@ class Workload:
             }
 
     def t1(self, b: float) -> float:
-        return self.single.get(float(b), self.a + self.c * b)
+        return self.single.get(float(b), self.step_time(b))
 
     def comm(self, strategy: str, backend: str, device: str, n: int) -> tuple[float, bool]:
         """(seconds of the strategy's collectives per step at n ranks, whether any extrapolated)."""

@@ -392,3 +392,38 @@ def test_on_cuda_memory_is_forecast_and_checked_as_the_allocator_holds_it():
     # each the median gap of the other settings (leave-one-out reads not its own): within the gaps' range
     assert ((150.5 <= shift) & (shift <= 158)).all()
     assert held["memory_error"].abs().max() < 0.05
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_step_time_recovers_its_parameters_from_generated_timings(overlapped):
+    from dpstudy.analysis.linefit import StepTime
+
+    a, c = 0.003, 2e-5  # 3 ms fixed (host launches on CUDA), 20 µs per sample
+    batches = [64, 128, 256, 512, 1024]
+    seconds = [math.hypot(a, c * b) if overlapped else a + c * b for b in batches]
+    fitted = StepTime.fit(batches, seconds, overlapped)
+    assert (fitted.a, fitted.c, fitted.overlapped) == (pytest.approx(a), pytest.approx(c), overlapped)
+    assert fitted(2048) == pytest.approx(math.hypot(a, c * 2048) if overlapped else a + c * 2048)
+    # the other shape misses the bend: a line through the ends of overlapped times is too slow between
+    other = StepTime.fit(batches[::4], seconds[::4], not overlapped)
+    assert (other(256) > seconds[2]) if overlapped else (other(256) < seconds[2])
+    # one batch: proportional, either way
+    assert StepTime.fit([256], [0.01], overlapped)(512) == pytest.approx(0.02)
+
+
+def test_on_cuda_a_workload_bends_its_single_device_step_at_the_hosts_launch_time():
+    from dpstudy.analysis.forecast import Workload
+
+    single = pd.DataFrame(
+        {
+            "global_batch": [128, 1024],
+            "samples_per_s": [b / math.hypot(0.004, 1e-5 * b) for b in (128, 1024)],
+            "memory_mb": math.nan,
+        }
+    )
+    empty = pd.DataFrame(columns=["strategy", "global_batch", "devices", "memory_mb", "backend"])
+    on_cuda = Workload(single.assign(env_device="cuda"), empty, pd.DataFrame())
+    on_cpu = Workload(single.assign(env_device="cpu"), empty, pd.DataFrame())
+    assert on_cuda.t1(512) == pytest.approx(math.hypot(0.004, 1e-5 * 512))
+    assert on_cpu.t1(512) == pytest.approx(on_cpu.t1(128) + (on_cpu.t1(1024) - on_cpu.t1(128)) * 384 / 896)
+    assert on_cuda.t1(128) == on_cpu.t1(128)  # a measured batch is its measurement
