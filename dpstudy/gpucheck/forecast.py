@@ -4,9 +4,10 @@ A small study (STUDY: two models, four batch sizes, one device, two repeats, `de
 through real Snakemake in a copy of the checkout (its own results/, the default study's left
 alone), up to its tables. Then, from those tables:
 
-- batch forecasts: per model, the single-device step line a + c b through the smallest and the
-  largest batch (dpstudy.analysis.linefit, as dpstudy.analysis.forecast calibrates t1), the
-  throughput it gives at each batch between them against what that batch measured;
+- batch forecasts: per model, the single-device step time through the smallest and the largest
+  batch (dpstudy.analysis.linefit.StepTime, overlapped as on CUDA, as dpstudy.analysis.forecast
+  calibrates t1), the throughput it gives at each batch between them against what that batch
+  measured;
 - memory: the memory plan's allocator peak (made before training, on fake tensors) against each
   cell's max_memory_allocated (memory_split, `against` allocator); then the forecast as
   dpstudy.analysis.forecast makes it, the plan plus what the allocator held beyond it on the
@@ -16,7 +17,9 @@ alone), up to its tables. Then, from those tables:
   budget's margins, dpstudy.study.budget) is at most EDGE_SHARE of this GPU's memory: it must run
   without running out of memory (edge_sweep picks the batch on this host before the study runs);
 - what the allocator and the driver held beside it: reserved over allocated, the CUDA context;
-- the single-device cells' noise (CV over repeats) on this GPU.
+- the single-device cells' noise (CV over repeats) on this GPU, beside the machine's floor (its
+  reference workload's CV over the study's rounds, dispatch included: what bounds a small model's
+  step on CUDA is the host launching its kernels).
 
 `evaluate(tables)` is pure, so it is tested without a GPU.
 """
@@ -27,23 +30,32 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpstudy.analysis.linefit import line_fit
-from dpstudy.gpucheck.study import run_in_copy
+from dpstudy.analysis.linefit import StepTime
+from dpstudy.gpucheck.study import noise_figures, run_in_copy
 
-MODELS = ("resnet18", "simplecnn")
+# Epochs per model: a cell's steady window (every step after the warm-up) of at least about a
+# second on an H100. 8,192 images a cell, as before, gave simplecnn windows of 30-200 ms and
+# repeats 6-12 % apart (resnet18 at batch 128: 20 %), noise that no forecast can be checked against.
+EPOCHS = {"resnet18": 3, "simplecnn": 8}
 BATCHES = (128, 256, 512, 1024)
 STUDY = {
     "study": "gpucheck_forecast",
     "device": "cuda",
-    "datasets": {"synthetic_rgb": {"train_size": 8192, "test_size": 1024}},
-    "defaults": {"epochs": 3, "repeats": 2, "loader": "device", "optimizer": "adam", "lr": 0.001},
+    "datasets": {"synthetic_rgb": {"train_size": 32768, "test_size": 1024}},
+    "defaults": {"repeats": 2, "loader": "device", "optimizer": "adam", "lr": 0.001},
     "bench": {"kernels": False, "comm": False},
     "sweeps": [
-        {"name": model, "dataset": "synthetic_rgb", "model": model, "grid": {"mode": ["single"], "batch": [*BATCHES]}}
-        for model in MODELS
+        {
+            "name": model,
+            "dataset": "synthetic_rgb",
+            "model": model,
+            "grid": {"mode": ["single"], "batch": [*BATCHES]},
+            "set": {"epochs": epochs},
+        }
+        for model, epochs in EPOCHS.items()
     ],
 }
-TABLES = ("settings", "cells", "memory_split")
+TABLES = ("settings", "cells", "memory_split", "summary", "floor")
 EDGE_SHARE = 0.9  # the edge cell's predicted need, as a share of the device's memory
 EDGE_STEP = 256  # its batch: a multiple of this
 SYNTHETIC_SHAPE = (1, 28, 28)  # the edge cell's dataset, `synthetic`
@@ -58,10 +70,11 @@ def batch_forecasts(settings: pd.DataFrame) -> pd.DataFrame:
         if len(own) < 3:
             continue
         ends = own.iloc[[0, -1]]
-        a, c = line_fit(ends["global_batch"], ends["global_batch"] / ends["samples_per_s"])
+        on_cuda = bool((own["env_device"] == "cuda").all())
+        step_time = StepTime.fit(ends["global_batch"], ends["global_batch"] / ends["samples_per_s"], on_cuda)
         for _, row in own.iloc[1:-1].iterrows():
             b = float(row["global_batch"])
-            predicted = b / (a + c * b)
+            predicted = b / step_time(b)
             rows.append(
                 {
                     "model": model,
@@ -176,7 +189,7 @@ def memory_figures(split: pd.DataFrame | None, cells: pd.DataFrame | None) -> di
 def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb: float | None = None) -> dict:
     """Figures, details and notes from the study's tables (settings, cells, memory_split), and of
     the edge cell where `edge` (edge_sweep) and the device's `total_mb` are given. Pure."""
-    settings, cells, split = (tables.get(name) for name in TABLES)
+    settings, cells, split = (tables.get(name) for name in TABLES[:3])
     figures, details, notes = {}, {}, []
     if edge is not None and cells is not None:
         made = edge_figures(cells, split, edge, total_mb)
@@ -202,7 +215,15 @@ def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb
         )
     if len(single):
         figures["single_cv"] = float(single["noise_cv"].max())
-        details["single_cv"] = f"largest of {len(single)} settings (median {single['noise_cv'].median():.2%})"
+        worst = single.loc[single["noise_cv"].idxmax()]
+        details["single_cv"] = (
+            f"largest of {len(single)} settings, {worst['model']} batch {int(worst['global_batch'])} "
+            f"(median {single['noise_cv'].median():.2%})"
+        )
+    if tables.get("summary") is not None and tables.get("floor") is not None:
+        floor = noise_figures(tables["summary"], tables["floor"])  # the machine's own, as item 2 reports it
+        figures["floor_cv"] = floor["figures"]["floor_cv"]
+        details["floor_cv"] = floor["details"]["floor_cv"]
     figures["oom_cells"] = int((cells["status"] == "oom").sum()) if cells is not None else None
     memory = memory_figures(split, cells)
     figures.update(memory["figures"])

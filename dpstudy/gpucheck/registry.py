@@ -268,6 +268,7 @@ ITEMS: tuple[Item, ...] = (
             Figure("reserved_over_allocated", "max_memory_reserved / max_memory_allocated, median", "ratio"),
             Figure("context_mb", "CUDA context and library buffers (NVML used - reserved), median", "mb"),
             Figure("single_cv", "largest single-device CV over repeats (CUDA cells)", "share", Target("<=", 0.02)),
+            Figure("floor_cv", "the machine's floor: CV of the reference workload over the rounds", "share"),
             Figure("wall_s", "study wall time", "duration"),
         ),
         timeout_s=1200,

@@ -5,6 +5,7 @@ functions of its items run on CPU at tiny sizes."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -461,9 +462,10 @@ def test_worker_records_an_item_that_raises(tmp_path, monkeypatch):
 def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
     from dpstudy.gpucheck import forecast
 
-    # a step of 2 ms + 10 µs per sample: the line through batches 128 and 1024 gives 256 and 512
-    # exactly; 512 measured 5 % slower than the line
-    step = {128: 0.00328, 256: 0.00456, 512: 0.00712 * 1.05, 1024: 0.01224}
+    # on CUDA a step of hypot(3 ms launching, 10 µs per sample on the device): the overlapped step
+    # time through batches 128 and 1024 gives 256 and 512 exactly; 512 measured 5 % slower
+    step = {b: math.hypot(0.003, 1e-5 * b) for b in (128, 256, 512, 1024)}
+    step[512] *= 1.05
     settings = pd.DataFrame(
         [
             {
@@ -514,6 +516,33 @@ def test_forecast_item_checks_inner_batches_and_memory_against_the_allocator():
     assert figures["memory_forecast_max_error"] == pytest.approx(0.20)
     assert figures["context_mb"] == 500 and figures["oom_cells"] == 1 and figures["single_cv"] == pytest.approx(0.04)
     assert any("m batch 512: forecast" in note and "+5.0%" in note for note in result["notes"])
+    assert result["details"]["single_cv"].startswith("largest of 4 settings, m batch 1024")
+    # the same times from a CPU, where host and work do not overlap: the straight line misses 256
+    on_cpu = forecast.evaluate({"settings": settings.assign(env_device="cpu"), "cells": cells, "memory_split": split})
+    line_at_256 = step[128] + (step[1024] - step[128]) * 128 / 896
+    assert on_cpu["figures"]["batch_max_error"] == pytest.approx(abs(step[256] / line_at_256 - 1), rel=1e-6)
+    assert "floor_cv" not in result["figures"]  # no floor ran
+    floor = pd.DataFrame({"device": ["cuda", "cuda"]})
+    summary = pd.DataFrame(
+        [
+            {
+                "floor_runs": 2,
+                "floor_cv": 0.018,
+                "floor_compute_cv": 0.001,
+                "floor_memory_cv": 0.0002,
+                "floor_dispatch_cv": 0.018,
+                "floor_verdict": "above the floor",
+                "noise_floor_max_cv": 0.07,
+                "noise_floor_settings": 4,
+                "noise_floor_median_cv": 0.02,
+            }
+        ]
+    )
+    tables = {"settings": settings, "cells": cells, "memory_split": split, "summary": summary, "floor": floor}
+    with_floor = forecast.evaluate(tables)
+    assert with_floor["figures"]["floor_cv"] == pytest.approx(0.018)
+    assert "dispatch 1.80%" in with_floor["details"]["floor_cv"]
+    assert with_floor["figures"]["single_cv"] == pytest.approx(0.04)  # the study's own settings, not the summary's
     # an item that measured nothing says why instead of passing
     empty = forecast.evaluate({"settings": settings.iloc[:2], "cells": cells, "memory_split": split.iloc[2:]})
     assert "batch_median_error" not in empty["figures"] and "memory_max_error" not in empty["figures"]
