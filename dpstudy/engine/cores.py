@@ -49,16 +49,11 @@ def visible_gpu(local_rank: int) -> int | None:
     return int(entry) if entry.isdigit() else None
 
 
-def host_gpu_count() -> int:
-    """The GPUs NVML sees on this host (0 without a driver)."""
-    from dpstudy.util import nvml
-
-    return nvml.query(lambda n: n.nvmlDeviceGetCount(), 0)
-
-
 def pin_gpu_rank(local_rank: int, threads: int) -> list[int]:
     """pin_to_cores for a rank that drives a GPU: its block inside that GPU's share of the host."""
-    return pin_to_cores(local_rank, threads, visible_gpu(local_rank), host_gpu_count())
+    from dpstudy.util import nvml  # only a GPU rank opens NVML
+
+    return pin_to_cores(local_rank, threads, visible_gpu(local_rank), nvml.gpu_count())
 
 
 def threads_per_process(total_cores: int, local_world_size: int) -> int:

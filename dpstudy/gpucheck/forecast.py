@@ -189,7 +189,7 @@ def memory_figures(split: pd.DataFrame | None, cells: pd.DataFrame | None) -> di
 def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb: float | None = None) -> dict:
     """Figures, details and notes from the study's tables (settings, cells, memory_split), and of
     the edge cell where `edge` (edge_sweep) and the device's `total_mb` are given. Pure."""
-    settings, cells, split = (tables.get(name) for name in TABLES[:3])
+    settings, cells, split = (tables.get(name) for name in ("settings", "cells", "memory_split"))
     figures, details, notes = {}, {}, []
     if edge is not None and cells is not None:
         made = edge_figures(cells, split, edge, total_mb)

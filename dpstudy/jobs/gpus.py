@@ -33,7 +33,7 @@ DEFAULT_POOL = Path(tempfile.gettempdir()) / f"dpstudy-gpu-slots-{os.getuid()}"
 
 
 def visible_gpu_count() -> int:
-    return nvml.query(lambda n: n.nvmlDeviceGetCount(), 0)  # no driver: no GPUs
+    return nvml.gpu_count()  # no driver: no GPUs
 
 
 def try_lock(path: Path):

@@ -40,3 +40,8 @@ def query(read: Callable[[Any], T], default: T) -> T:
             return read(nvml)
         except Exception:
             return default
+
+
+def gpu_count() -> int:
+    """The GPUs NVML sees on this host, whatever CUDA_VISIBLE_DEVICES says (0 without a driver)."""
+    return query(lambda n: n.nvmlDeviceGetCount(), 0)
