@@ -59,7 +59,8 @@ rule train:
         " --allocator {params.allocator} {params.plan}"
 
 
-# Every cell's peak memory per device, predicted where Snakemake plans (fake tensors, no GPU),
+# Every cell's peak memory per device, predicted where Snakemake plans (fake tensors; where that
+# host has a GPU, cuDNN's workspaces measured on it per convolution, dpstudy.jobs.workspaces),
 # and the cells predicted not to fit the study's memory_budget_gib.
 rule memory_plan:
     input:

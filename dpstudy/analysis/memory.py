@@ -4,7 +4,8 @@ plan's prediction (dpstudy.jobs.memory_plan), and how close the prediction came.
 memory_split: one row per cell and device (DP: each GPU; ddp, fsdp: each rank) of every cell the
   records or the plan know: the measured parts and peak (ok cells), on CUDA what the allocator
   and the driver held (record.fields.ALLOCATOR_PARTS), the predicted parts (every cell the plan
-  predicted, skipped ones too) and the plan's allocator peak (predicted_allocated_mb), and
+  predicted, skipped ones too), the plan's allocator peak (predicted_allocated_mb) and what cuDNN's
+  workspaces add to it (predicted_workspace_mb, where the plan ran beside a GPU), and
   error_pct = (predicted - measured) / measured: against max_memory_allocated where the cell ran
   on CUDA (`against` allocator), else the tracker's prediction against the tracker's own
   measurement (`against` tracker: on a CPU there is no allocator peak to check it with).
@@ -31,7 +32,8 @@ from dpstudy.analysis.baseline import Baselines
 from dpstudy.record.fields import ALLOCATOR_PARTS, HOST_PARTS, MEMORY_PARTS
 
 TARGET_PCT = 15.0  # the prediction's target: within 15 % of the measured peak
-PREDICTED = tuple(f"predicted_{part}" for part in (*MEMORY_PARTS, "allocated_mb"))
+PLANNED = (*MEMORY_PARTS, "allocated_mb", "workspace_mb")  # the plan's columns a row predicts
+PREDICTED = tuple(f"predicted_{part}" for part in PLANNED)
 SPLIT_COLUMNS = (
     "cell",
     "mode",
@@ -92,11 +94,12 @@ def split_table(measured: pd.DataFrame, plan: pd.DataFrame | None, cells: pd.Dat
     """memory_split (see the module docstring) for the cells of the cells table."""
     known = cells[["cell", "mode"]]
     if plan is None or plan.empty:
-        plan = pd.DataFrame(columns=["cell", "device", *MEMORY_PARTS, "allocated_mb", "reason"])
+        plan = pd.DataFrame(columns=["cell", "device", *PLANNED, "reason"])
     plan = plan.reindex(columns=[c for c in plan.columns if c != "skip"])
-    if "allocated_mb" not in plan:  # a plan made before it predicted the allocator
-        plan = plan.assign(allocated_mb=float("nan"))
-    predicted = plan.rename(columns={**dict(zip((*MEMORY_PARTS, "allocated_mb"), PREDICTED)), "reason": "plan_reason"})
+    for late in ("allocated_mb", "workspace_mb"):  # a plan made before it predicted them
+        if late not in plan:
+            plan = plan.assign(**{late: float("nan")})
+    predicted = plan.rename(columns={**dict(zip(PLANNED, PREDICTED)), "reason": "plan_reason"})
     predicted = predicted[predicted["cell"].isin(known["cell"])]
     reasons = predicted[predicted["device"].isna()][["cell", "plan_reason"]]
     predicted = predicted.dropna(subset=["device"]).drop(columns="plan_reason").astype({"device": int})

@@ -42,7 +42,8 @@ from dpstudy.util.atomic import atomic_output
 # the record's memory parts (params_mb ... peak_mb), one source with dpstudy.engine.memory's split
 PARTS = tuple(part.removesuffix("_mb") for part in MEMORY_PARTS if part != "peak_mb")
 # allocated_mb: what the CUDA allocator will hold at the step's peak (see predict)
-PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "allocated_mb", "reason", "skip")
+# workspace_mb: what cuDNN's workspaces add to it, measured where the plan ran beside a GPU
+PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "allocated_mb", "workspace_mb", "reason", "skip")
 
 
 # Settings no prediction depends on: the plan predicts eager (compile), on fake tensors over a
@@ -80,7 +81,8 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
     key = step_key(spec)
     if key not in steps:
         steps[key] = tracked_fake_step(spec, shape, len(classes), batch)
-    parts, gradient_mb = steps[key]
+        steps[key] += (workspace_on_this_gpu(spec, steps[key][0]["peak"], steps[key][2]),)
+    parts, gradient_mb, _, workspace = steps[key]
     if spec["mode"] == "ddp":
         parts = {**parts, "activations": parts["activations"] + gradient_mb, "peak": parts["peak"] + gradient_mb}
     split = {f"{p}_mb": [parts[p]] * devices for p in PARTS} | {"peak_mb": [parts["peak"]] * devices}
@@ -93,7 +95,23 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
         split = {f"{p}_mb": [parts[p]] + [replica[p]] * (devices - 1) for p in PARTS}
         split["activations_mb"][0] += rest_of_batch
         split["peak_mb"] = [sum(split[f"{p}_mb"][d] for p in PARTS) for d in range(devices)]
-    return split | {"allocated_mb": allocated(spec, split["peak_mb"], gradient_mb, resident_mb(spec, shape, sizes))}
+    held = allocated(spec, split["peak_mb"], gradient_mb, resident_mb(spec, shape, sizes), workspace or 0.0)
+    return split | {"allocated_mb": held, "workspace_mb": [workspace] * devices}
+
+
+def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float | None:
+    """MB cuDNN's workspaces add to a CUDA cell's step peak (dpstudy.jobs.workspaces), measured on
+    this host's first GPU; None where the cell does not run on CUDA or this process sees no GPU
+    (a plan made on a cluster's login node: the part the plan says it cannot see)."""
+    import torch
+
+    if spec["device"] == "cpu" or not convs or not torch.cuda.is_available():
+        return None
+    from dpstudy.engine.train import AMP_DTYPES
+    from dpstudy.jobs import workspaces
+
+    amp_dtype = AMP_DTYPES.get(spec["precision"])
+    return workspaces.above_step_peak_mb(convs, step_peak_mb, torch.device("cuda", 0), amp_dtype)
 
 
 def resident_mb(spec: dict, shape: tuple[int, int, int], sizes: tuple[int, int] | None) -> float | None:
@@ -108,23 +126,25 @@ def resident_mb(spec: dict, shape: tuple[int, int, int], sizes: tuple[int, int] 
     return ((train + test) * (math.prod(shape) + 8) + math.ceil(train / ranks) * 8) / 2**20
 
 
-def allocated(spec: dict, peaks: list[float], gradient_mb: float, resident: float | None) -> list[float | None]:
+def allocated(
+    spec: dict, peaks: list[float], gradient_mb: float, resident: float | None, workspace: float = 0.0
+) -> list[float | None]:
     """The allocator's peak per device: the tracker's step plus what exists before the step and
     is not the model's or the optimizer's: the loader's resident data (DP: on device 0 only) and
-    DDP's gradient buckets (one copy of the gradients). Not seen: the libraries' workspaces
-    (cuBLAS, cuDNN) and the allocator's rounding, which measurements show (memory_split)."""
+    DDP's gradient buckets (one copy of the gradients); plus what cuDNN's workspaces lift the
+    step's peak by, where measured (workspace_on_this_gpu). Not seen: cuBLAS's workspace and the
+    allocator's rounding, which measurements show (memory_split)."""
     if resident is None:
         return [None] * len(peaks)
     buckets = gradient_mb if spec["mode"] == "ddp" else 0.0
     fed = [True] * len(peaks) if spec["mode"] != "dp" else [d == 0 for d in range(len(peaks))]
-    return [peak + buckets + (resident if holds else 0.0) for peak, holds in zip(peaks, fed, strict=True)]
+    return [peak + buckets + workspace + (resident if holds else 0.0) for peak, holds in zip(peaks, fed, strict=True)]
 
 
-def tracked_fake_step(
-    spec: dict, shape: tuple[int, int, int], classes: int, batch: int
-) -> tuple[dict[str, float], float]:
+def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, batch: int) -> tuple[dict, float, list]:
     """The tracker's split of one fake training step of the cell's model (dpstudy.engine.memory),
-    and the MB of one copy of its gradients."""
+    the MB of one copy of its gradients, and its convolutions with the tracker's peaks around
+    them (dpstudy.jobs.workspaces.ConvAt)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -132,6 +152,7 @@ def tracked_fake_step(
     from dpstudy.engine import memory
     from dpstudy.engine.modes import MODES
     from dpstudy.engine.train import Trainer
+    from dpstudy.jobs import workspaces
 
     world = specs.devices(spec)
     sharded = spec["mode"] == "fsdp"
@@ -164,9 +185,13 @@ def tracked_fake_step(
             if spec["channels_last"]:
                 x = x.contiguous(memory_format=torch.channels_last)
             trainer.step(x, y)  # as after training: the optimizer's state exists
-            (parts,) = memory.tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y)).values()
+            seen, hooks = workspaces.watch_inputs(trainer.model)
+            kept: list = []
+            (parts,) = memory.tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y), kept).values()
+            for hook in hooks:
+                hook.remove()
             gradient_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
-    return parts, gradient_mb
+    return parts, gradient_mb, workspaces.convs_at_step(kept[0], seen)
 
 
 @contextlib.contextmanager
@@ -204,6 +229,8 @@ def plan_rows(
             except Exception as error:  # a model fake tensors cannot run: the plan says why
                 done[key] = f"not predicted: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
             peak = done[key] if isinstance(done[key], str) else f"{max(done[key]['peak_mb']):.1f} MB"
+            if not isinstance(done[key], str) and done[key]["workspace_mb"][0] is not None:
+                peak += f", cuDNN's workspaces +{done[key]['workspace_mb'][0]:.1f} MB on this host's GPU"
             log(f"[dpstudy] memory plan: {cell}: {peak}")
         split = done[key]
         if isinstance(split, str):
