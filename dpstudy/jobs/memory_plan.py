@@ -101,8 +101,9 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
 
 def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float | None:
     """MB cuDNN's workspaces add to a CUDA cell's step peak (dpstudy.jobs.workspaces), measured on
-    this host's first GPU; None where the cell does not run on CUDA or this process sees no GPU
-    (a plan made on a cluster's login node: the part the plan says it cannot see)."""
+    this host's first GPU; None where the cell does not run on CUDA, this process sees no GPU (a
+    plan made on a cluster's login node: the part the plan says it cannot see) or the GPU could
+    not run the convolutions (out of memory under another job)."""
     import torch
 
     if spec["device"] == "cpu" or not convs or not torch.cuda.is_available():
@@ -111,7 +112,11 @@ def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float
     from dpstudy.jobs import workspaces
 
     amp_dtype = AMP_DTYPES.get(spec["precision"])
-    return workspaces.above_step_peak_mb(convs, step_peak_mb, torch.device("cuda", 0), amp_dtype)
+    try:
+        return workspaces.above_step_peak_mb(convs, step_peak_mb, torch.device("cuda", 0), amp_dtype)
+    except RuntimeError as error:  # a GPU another job fills: the rest of the plan stands
+        print(f"[dpstudy] memory plan: cuDNN's workspaces not measured: {str(error).splitlines()[0]}", flush=True)
+        return None
 
 
 def resident_mb(spec: dict, shape: tuple[int, int, int], sizes: tuple[int, int] | None) -> float | None:

@@ -68,6 +68,18 @@ def test_a_cpu_cell_measures_no_workspace():
     assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cpu"), 10.0, convs) is None
 
 
+def test_a_gpu_that_cannot_run_the_convolutions_leaves_the_workspace_unmeasured(monkeypatch, capsys):
+    _, _, convs = memory_plan.tracked_fake_step(simplecnn(8), (3, 32, 32), 10, 8)
+
+    def full(*args):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(workspaces, "above_step_peak_mb", full)
+    assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cuda"), 10.0, convs) is None
+    assert "cuDNN's workspaces not measured: CUDA out of memory" in capsys.readouterr().out
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("batch", [128, 256])
