@@ -94,6 +94,25 @@ def resident_growth(row) -> str:
     )
 
 
+def workspaces(split: pd.DataFrame | None) -> str:
+    """ " The plan's allocator peak includes cuDNN's workspaces, measured on the planning host's GPU: a
+    median +4.6 MB and at most +96.4 MB over 8 devices." (or that they were left out)."""
+    checked = split[split["against"] == "allocator"] if split is not None and "against" in split else split
+    if checked is None or checked.empty:
+        return ""
+    measured = checked.get("predicted_workspace_mb", pd.Series(dtype=float)).dropna()
+    if measured.empty:
+        return (
+            " The plan ran without a GPU: its allocator peak leaves out cuDNN's workspaces, which the "
+            "convolutions take by shape (run the plan on a host with the cells' kind of GPU to include them)."
+        )
+    return (
+        f" The plan's allocator peak includes cuDNN's workspaces, measured on the planning host's GPU: a median "
+        f"+{significant(measured.median())} MB and at most +{significant(measured.max())} MB over "
+        f"{plural(len(measured), 'device')}."
+    )
+
+
 def memory_prediction(tables: Tables) -> str:
     """The memory plan's prediction against the measured step (the memory_accuracy table), one
     sentence per kind of comparison: the allocator's peak (CUDA cells), else the tracker's."""
@@ -120,6 +139,7 @@ def memory_prediction(tables: Tables) -> str:
             f"{overall['median_abs_error_pct']:.1f} % and at most {overall['max_abs_error_pct']:.1f} % over "
             f"{plural(whole(overall['devices']), 'device')}, {verdict} the {overall['target_pct']:.0f} % target. "
             f"By mode: {per_mode}.{resident_growth(overall)}"
+            + (workspaces(tables.get("memory_split")) if against == "allocator" else "")
         )
     return (
         head
