@@ -18,6 +18,7 @@ from dpstudy.record.provenance import code_files, export_checkout, native_files
 from dpstudy.study.resources import (
     comm_bench_gpus,
     comm_world_sizes,
+    plan_gpus,
     rank_capacity,
     train_resources,
 )

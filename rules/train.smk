@@ -77,6 +77,11 @@ rule memory_plan:
     priority: BEFORE_CELLS
     conda:
         "../envs/train.yaml"
+    resources:
+        # a GPU of its own where it measures cuDNN's workspaces: never beside a timed cell on it
+        gpu=plan_gpus(
+            GPU_JOBS, visible_gpu_count(), workflow.global_resources.get("gpu").value
+        ),
     params:
         # in the plan, not in the train jobs: a new budget reruns no cell that already ran
         budget=(
@@ -85,5 +90,6 @@ rule memory_plan:
             else ""
         ),
     shell:
-        "python scripts/memory_plan.py --study {input.study:q} --out {output:q} {params.budget}"
+        "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
+        " python scripts/memory_plan.py --study {input.study:q} --out {output:q} {params.budget}"
         " > {log:q} 2>&1"

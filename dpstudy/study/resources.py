@@ -35,6 +35,14 @@ def comm_bench_gpus(gpu_jobs: bool, visible_gpus: int, wanted: int = 2) -> int:
     return min(wanted, visible_gpus) if visible_gpus else wanted
 
 
+def plan_gpus(gpu_jobs: bool, visible_gpus: int, gpu_budget: int | None) -> int:
+    """GPUs the memory plan reserves: one where jobs reserve GPUs and this host shows one within
+    --resources gpu, for cuDNN's workspaces (dpstudy.jobs.workspaces), which it measures on that
+    GPU: reserved, so that it never runs beside a timed cell on the same GPU. None elsewhere (a
+    login node, a CPU study): the plan then leaves the workspaces out and says so."""
+    return int(gpu_jobs and visible_gpus > 0 and (gpu_budget is None or gpu_budget >= 1))
+
+
 def comm_world_sizes(specs: list[dict[str, Any]], predicted_gpus: list[int], capacity: int | None) -> list[int]:
     """The world sizes comm_bench measures: 2, and every larger one that the study's DDP and FSDP
     cells run on one node or its predict: block asks for, up to `capacity`, the ranks this host

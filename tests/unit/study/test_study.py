@@ -5,7 +5,14 @@ import copy
 import pytest
 
 from dpstudy.study import sweeps as studies
-from dpstudy.study.resources import comm_bench_gpus, comm_world_sizes, rank_capacity, requests_gpus, train_resources
+from dpstudy.study.resources import (
+    comm_bench_gpus,
+    comm_world_sizes,
+    plan_gpus,
+    rank_capacity,
+    requests_gpus,
+    train_resources,
+)
 from dpstudy.util.errors import ConfigError
 
 STUDY = {
@@ -314,6 +321,16 @@ def test_the_all_reduce_benchmark_reserves_no_more_gpus_than_the_host_has(gpu_jo
     # a 1-GPU host: the benchmark runs (NCCL at 2 ranks skipped with its reason) instead of
     # waiting for a second GPU that dpstudy.jobs.gpus cannot give it
     assert comm_bench_gpus(gpu_jobs, visible) == reserved
+
+
+@pytest.mark.parametrize(
+    "gpu_jobs, visible, budget, reserved",
+    [(True, 1, None, 1), (True, 8, 2, 1), (True, 0, None, 0), (True, 4, 0, 0), (False, 4, 4, 0)],
+)
+def test_the_memory_plan_reserves_a_gpu_only_where_it_can_measure_on_one(gpu_jobs, visible, budget, reserved):
+    # it measures cuDNN's workspaces on a GPU of its own: none on a login node (visible 0), in a
+    # CPU study, or with --resources gpu=0 (it would wait for a GPU it can never have)
+    assert plan_gpus(gpu_jobs, visible, budget) == reserved
 
 
 def test_the_collectives_are_measured_at_every_world_size_run_or_forecast_that_the_host_holds():
