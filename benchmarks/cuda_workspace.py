@@ -10,6 +10,8 @@ Per model (3x32x32 images, Adam, fp32) and batch:
 - predicted: the plan's fake step (memory_plan.tracked_fake_step) and each convolution run alone
   on this GPU at its shape in the step (workspaces.above_step_peak_mb): how far the workspaces lift
   the step's peak; the largest single workspace beside it.
+And once, first: what cuBLAS keeps for the whole process (workspaces.blas_workspaces_mb), which
+both steps above hold already.
 
 Needs a GPU (exits 77 without one).
 """
@@ -100,6 +102,9 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("cuda_workspace: no CUDA device", file=sys.stderr)
         return 77
+    from dpstudy.jobs.workspaces import blas_workspaces_mb
+
+    blas = blas_workspaces_mb(torch.device("cuda", 0))  # first: before any other matrix product here
     rows = [row for name in args.models for row in measure(name, args.batches)]
     head = f"{'model':10} {'batch':>5} {'step on':>8} {'off':>8} {'cuDNN adds':>10} {'predicted':>9} {'largest ws':>10}"
     print(f"\n{head} (MB)")
@@ -110,6 +115,7 @@ def main() -> int:
         )
     worst = max(abs(r["lift_mb"] - r["adds_mb"]) for r in rows)
     print(f"largest |predicted - measured|: {worst:.1f} MB")
+    print(f"cuBLAS's workspaces, kept by the process from its first matrix product: {blas:.1f} MB")
     return 0
 
 

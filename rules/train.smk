@@ -60,7 +60,7 @@ rule train:
 
 
 # Every cell's peak memory per device, predicted where Snakemake plans (fake tensors; where that
-# host has a GPU, cuDNN's workspaces measured on it per convolution, dpstudy.jobs.workspaces),
+# host has a GPU, cuBLAS's and cuDNN's workspaces measured on it, dpstudy.jobs.workspaces),
 # and the cells predicted not to fit the study's memory_budget_gib.
 rule memory_plan:
     input:
@@ -78,7 +78,7 @@ rule memory_plan:
     conda:
         "../envs/train.yaml"
     resources:
-        # a GPU of its own where it measures cuDNN's workspaces: never beside a timed cell on it
+        # a GPU of its own where it measures the workspaces: never beside a timed cell on it
         gpu=plan_gpus(
             GPU_JOBS, visible_gpu_count(), workflow.global_resources.get("gpu").value
         ),

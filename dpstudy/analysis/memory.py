@@ -4,8 +4,8 @@ plan's prediction (dpstudy.jobs.memory_plan), and how close the prediction came.
 memory_split: one row per cell and device (DP: each GPU; ddp, fsdp: each rank) of every cell the
   records or the plan know: the measured parts and peak (ok cells), on CUDA what the allocator
   and the driver held (record.fields.ALLOCATOR_PARTS), the predicted parts (every cell the plan
-  predicted, skipped ones too), the plan's allocator peak (predicted_allocated_mb) and what cuDNN's
-  workspaces add to it (predicted_workspace_mb, where the plan ran beside a GPU), and
+  predicted, skipped ones too), the plan's allocator peak (predicted_allocated_mb) and what the
+  libraries' workspaces add to it (predicted_workspace_mb, where the plan ran beside a GPU), and
   error_pct = (predicted - measured) / measured: against max_memory_allocated where the cell ran
   on CUDA (`against` allocator), else the tracker's prediction against the tracker's own
   measurement (`against` tracker: on a CPU there is no allocator peak to check it with).

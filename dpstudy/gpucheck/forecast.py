@@ -8,8 +8,8 @@ alone), up to its tables. Then, from those tables:
   batch (dpstudy.analysis.linefit.StepTime, overlapped as on CUDA, as dpstudy.analysis.forecast
   calibrates t1), the throughput it gives at each batch between them against what that batch
   measured;
-- memory: the memory plan's allocator peak (made before training, on fake tensors, with cuDNN's
-  workspaces measured on this GPU: dpstudy.jobs.workspaces) against each cell's
+- memory: the memory plan's allocator peak (made before training, on fake tensors, with cuBLAS's
+  and cuDNN's workspaces measured on this GPU: dpstudy.jobs.workspaces) against each cell's
   max_memory_allocated (memory_split, `against` allocator); then the forecast as
   dpstudy.analysis.forecast makes it, the plan plus what the allocator held beyond it on the
   model's other batches (their median: the library workspaces no fake step sees); and the cells
@@ -177,7 +177,7 @@ def memory_figures(split: pd.DataFrame | None, cells: pd.DataFrame | None) -> di
             f"{checked['resident_mb'].median():.1f} MB median"
         )
         notes += [
-            f"{r.cell}: predicted {r.predicted_allocated_mb:,.1f} MB (tracker {r.predicted_peak_mb:,.1f}, cuDNN "
+            f"{r.cell}: predicted {r.predicted_allocated_mb:,.1f} MB (tracker {r.predicted_peak_mb:,.1f}, library "
             f"workspaces {_mb(getattr(r, 'predicted_workspace_mb', None))}) vs allocated {r.allocated_mb:,.1f} "
             f"(tracker {r.peak_mb:,.1f}), reserved {r.reserved_mb:,.1f}, context {r.context_mb:,.0f} MB "
             f"({r.error_pct:+.1f} %)"

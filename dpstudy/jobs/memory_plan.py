@@ -42,7 +42,7 @@ from dpstudy.util.atomic import atomic_output
 # the record's memory parts (params_mb ... peak_mb), one source with dpstudy.engine.memory's split
 PARTS = tuple(part.removesuffix("_mb") for part in MEMORY_PARTS if part != "peak_mb")
 # allocated_mb: what the CUDA allocator will hold at the step's peak (see predict)
-# workspace_mb: what cuDNN's workspaces add to it, measured where the plan ran beside a GPU
+# workspace_mb: what cuBLAS's and cuDNN's workspaces add to it, measured where the plan has a GPU
 PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "allocated_mb", "workspace_mb", "reason", "skip")
 
 
@@ -100,22 +100,25 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
 
 
 def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float | None:
-    """MB cuDNN's workspaces add to a CUDA cell's step peak (dpstudy.jobs.workspaces), measured on
-    this host's first GPU; None where the cell does not run on CUDA, this process sees no GPU (a
-    plan made on a cluster's login node: the part the plan says it cannot see) or the GPU could
-    not run the convolutions (out of memory under another job)."""
+    """MB the libraries' workspaces add to a CUDA cell's step peak (dpstudy.jobs.workspaces):
+    cuBLAS's, which the process keeps, and how far cuDNN's lift the step's peak; measured on the
+    GPU the plan reserved (rule memory_plan). None where the cell does not run on CUDA, this
+    process sees no GPU (a plan made on a cluster's login node: the part the plan says it cannot
+    see) or the GPU could not run them (out of memory under another job)."""
     import torch
 
-    if spec["device"] == "cpu" or not convs or not torch.cuda.is_available():
+    if spec["device"] == "cpu" or not torch.cuda.is_available():
         return None
     from dpstudy.engine.train import AMP_DTYPES
     from dpstudy.jobs import workspaces
 
-    amp_dtype = AMP_DTYPES.get(spec["precision"])
+    amp_dtype, device = AMP_DTYPES.get(spec["precision"]), torch.device("cuda", 0)
     try:
-        return workspaces.above_step_peak_mb(convs, step_peak_mb, torch.device("cuda", 0), amp_dtype)
+        # first, before any other matrix product in this process
+        blas = workspaces.blas_once(device, amp_dtype, log=lambda line: print(f"[dpstudy] memory plan: {line}"))
+        return blas + (workspaces.above_step_peak_mb(convs, step_peak_mb, device, amp_dtype) if convs else 0.0)
     except RuntimeError as error:  # a GPU another job fills: the rest of the plan stands
-        print(f"[dpstudy] memory plan: cuDNN's workspaces not measured: {str(error).splitlines()[0]}", flush=True)
+        print(f"[dpstudy] memory plan: workspaces not measured: {str(error).splitlines()[0]}", flush=True)
         return None
 
 
@@ -136,9 +139,9 @@ def allocated(
 ) -> list[float | None]:
     """The allocator's peak per device: the tracker's step plus what exists before the step and
     is not the model's or the optimizer's: the loader's resident data (DP: on device 0 only) and
-    DDP's gradient buckets (one copy of the gradients); plus what cuDNN's workspaces lift the
-    step's peak by, where measured (workspace_on_this_gpu). Not seen: cuBLAS's workspace and the
-    allocator's rounding, which measurements show (memory_split)."""
+    DDP's gradient buckets (one copy of the gradients); plus the libraries' workspaces, where
+    measured (workspace_on_this_gpu). Not seen: the allocator's rounding and what the Trainer keeps
+    beside the step (one input batch for evaluation), which measurements show (memory_split)."""
     if resident is None:
         return [None] * len(peaks)
     buckets = gradient_mb if spec["mode"] == "ddp" else 0.0
@@ -235,7 +238,7 @@ def plan_rows(
                 done[key] = f"not predicted: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
             peak = done[key] if isinstance(done[key], str) else f"{max(done[key]['peak_mb']):.1f} MB"
             if not isinstance(done[key], str) and done[key]["workspace_mb"][0] is not None:
-                peak += f", cuDNN's workspaces +{done[key]['workspace_mb'][0]:.1f} MB on this host's GPU"
+                peak += f", the libraries' workspaces +{done[key]['workspace_mb'][0]:.1f} MB on this host's GPU"
             log(f"[dpstudy] memory plan: {cell}: {peak}")
         split = done[key]
         if isinstance(split, str):

@@ -1,5 +1,7 @@
-"""What cuDNN's convolution workspaces add to a CUDA step's allocator peak: the part of the memory
-plan that no fake step can see, measured on the cell's GPU where the plan runs beside one.
+"""What the libraries' workspaces add to a CUDA step's allocator peak: the part of the memory plan
+that no fake step can see, measured on the cell's kind of GPU where the plan runs beside one.
+cuBLAS keeps a workspace per handle and stream for the whole process (blas_workspaces_mb); cuDNN
+takes one per convolution call, by shape (below).
 
 cuDNN (benchmark mode off, as cells run) picks a convolution's algorithm from its shapes alone,
 and takes the algorithm's workspace from PyTorch's caching allocator, so it counts in
@@ -126,6 +128,36 @@ def _beyond(device: torch.device, run) -> _Peak:
 
 def _mb(*tensors) -> float:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None) / MB
+
+
+def blas_workspaces_mb(device: torch.device, amp_dtype: torch.dtype | None = None) -> float:
+    """MB cuBLAS and cuBLASLt keep once a process first multiplies matrices on `device`: PyTorch
+    gives each handle and stream a workspace from the caching allocator and keeps it (32 MiB each
+    on a Hopper GPU), so every step after the first holds them, in max_memory_allocated. Measured
+    as the allocator's growth over one Linear layer's forward and backward, its tensors freed; 0
+    where this process has multiplied on the device before (blas_once keeps the first figure)."""
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    for dtype in dict.fromkeys((torch.float32, amp_dtype or torch.float32)):
+        layer = nn.Linear(64, 64).to(device=device, dtype=dtype)
+        x = torch.randn(32, 64, device=device, dtype=dtype, requires_grad=True)
+        layer(x).sum().backward()
+        del layer, x
+    torch.cuda.synchronize(device)
+    return (torch.cuda.memory_allocated(device) - before) / MB
+
+
+_BLAS: dict[torch.device, float] = {}
+
+
+def blas_once(device: torch.device, amp_dtype: torch.dtype | None = None, measure=None, log=None) -> float:
+    """blas_workspaces_mb, measured at this process's first call for `device` (and said to `log`)
+    and kept; `measure`: its stand-in in tests."""
+    if device not in _BLAS:
+        _BLAS[device] = (measure or blas_workspaces_mb)(device, amp_dtype)
+        if log:
+            log(f"cuBLAS's workspaces on {device}: {_BLAS[device]:.1f} MB")
+    return _BLAS[device]
 
 
 def above_step_peak_mb(

@@ -95,19 +95,22 @@ def resident_growth(row) -> str:
 
 
 def workspaces(split: pd.DataFrame | None) -> str:
-    """ " The plan's allocator peak includes cuDNN's workspaces, measured on the planning host's GPU: a
-    median +4.6 MB and at most +96.4 MB over 8 devices." (or that they were left out)."""
+    """ " The plan's allocator peak includes the libraries' workspaces (cuBLAS's and cuDNN's), measured
+    on the planning host's GPU: a median +68.6 MB and at most +160 MB over 8 devices." (or that
+    they were left out)."""
     checked = split[split["against"] == "allocator"] if split is not None and "against" in split else split
     if checked is None or checked.empty:
         return ""
     measured = checked.get("predicted_workspace_mb", pd.Series(dtype=float)).dropna()
     if measured.empty:
         return (
-            " The plan ran without a GPU: its allocator peak leaves out cuDNN's workspaces, which the "
-            "convolutions take by shape (run the plan on a host with the cells' kind of GPU to include them)."
+            " The plan ran without a GPU: its allocator peak leaves out the libraries' workspaces (cuBLAS "
+            "keeps its own for the process, cuDNN takes one per convolution, by shape); run the plan on a "
+            "host with the cells' kind of GPU to include them."
         )
     return (
-        f" The plan's allocator peak includes cuDNN's workspaces, measured on the planning host's GPU: a median "
+        f" The plan's allocator peak includes the libraries' workspaces (cuBLAS's and cuDNN's), measured on the "
+        f"planning host's GPU: a median "
         f"+{significant(measured.median())} MB and at most +{significant(measured.max())} MB over "
         f"{plural(len(measured), 'device')}."
     )

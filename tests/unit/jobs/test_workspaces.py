@@ -68,6 +68,26 @@ def test_a_cpu_cell_measures_no_workspace():
     assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cpu"), 10.0, convs) is None
 
 
+def test_a_cuda_cell_gets_cublas_once_and_the_convolutions_lift(monkeypatch, capsys):
+    _, _, convs = memory_plan.tracked_fake_step(simplecnn(8), (3, 32, 32), 10, 8)
+    measured = []
+
+    def blas(device, amp_dtype):
+        measured.append(device)
+        return 64.0
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(workspaces, "_BLAS", {})
+    monkeypatch.setattr(workspaces, "blas_workspaces_mb", blas)
+    monkeypatch.setattr(workspaces, "above_step_peak_mb", lambda convs, peak, device, amp_dtype: 20.0)
+    assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cuda"), 10.0, convs) == 84.0
+    assert memory_plan.workspace_on_this_gpu(simplecnn(16, "cuda"), 10.0, convs) == 84.0
+    assert memory_plan.workspace_on_this_gpu(simplecnn(16, "cuda"), 10.0, []) == 64.0  # no convolution
+    # the process keeps cuBLAS's workspaces: measured (and said) once
+    assert measured == [torch.device("cuda", 0)]
+    assert capsys.readouterr().out.count("cuBLAS's workspaces on cuda:0: 64.0 MB") == 1
+
+
 def test_a_gpu_that_cannot_run_the_convolutions_leaves_the_workspace_unmeasured(monkeypatch, capsys):
     _, _, convs = memory_plan.tracked_fake_step(simplecnn(8), (3, 32, 32), 10, 8)
 
@@ -75,9 +95,10 @@ def test_a_gpu_that_cannot_run_the_convolutions_leaves_the_workspace_unmeasured(
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(workspaces, "_BLAS", {torch.device("cuda", 0): 64.0})
     monkeypatch.setattr(workspaces, "above_step_peak_mb", full)
     assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cuda"), 10.0, convs) is None
-    assert "cuDNN's workspaces not measured: CUDA out of memory" in capsys.readouterr().out
+    assert "workspaces not measured: CUDA out of memory" in capsys.readouterr().out
 
 
 @pytest.mark.gpu
@@ -109,5 +130,49 @@ def test_on_a_gpu_the_predicted_lift_is_what_cudnn_adds_to_a_real_step(batch):
 
     adds = step_mb(True) - step_mb(False)
     parts, _, convs = memory_plan.tracked_fake_step(simplecnn(batch, "cuda"), (3, 32, 32), 10, batch)
-    predicted = memory_plan.workspace_on_this_gpu(simplecnn(batch, "cuda"), parts["peak"], convs)
+    predicted = workspaces.above_step_peak_mb(convs, parts["peak"], torch.device("cuda", 0))
     assert predicted == pytest.approx(adds, abs=max(5.0, 0.1 * adds))
+
+
+# A fresh process: the plan's prediction of one device's step (tracker, cuBLAS, cuDNN), then that
+# step for real, its max_memory_allocated beside it (the batch itself exists before the step)
+PLAN_THEN_STEP = """
+import json, sys, torch
+import torch.nn.functional as F
+from dpstudy.jobs import memory_plan
+from dpstudy.models.simplecnn import SimpleCNN
+from dpstudy.study.spec import complete
+batch = int(sys.argv[1])
+spec = complete({"dataset": "synthetic_rgb", "model": "simplecnn", "mode": "single", "batch": batch, "device": "cuda"})
+parts, _, convs = memory_plan.tracked_fake_step(spec, (3, 32, 32), 10, batch)
+workspace = memory_plan.workspace_on_this_gpu(spec, parts["peak"], convs)
+model = SimpleCNN(3, 32, 10).cuda()
+optimizer = torch.optim.Adam(model.parameters())
+x, y = torch.randn(batch, 3, 32, 32, device="cuda"), torch.randint(0, 10, (batch,), device="cuda")
+for _ in range(2):  # the plan's step is the second: Adam's state exists
+    optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    F.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    torch.cuda.synchronize()
+batch_mb = (x.numel() * x.element_size() + y.numel() * y.element_size()) / 2**20
+allocated = torch.cuda.max_memory_allocated() / 2**20
+print(json.dumps({"predicted": parts["peak"] + workspace + batch_mb, "allocated": allocated}))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("batch", [128, 1024])
+def test_on_a_gpu_the_plan_predicts_the_allocators_peak_of_a_fresh_process(batch):
+    import json
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    out = subprocess.run([sys.executable, "-c", PLAN_THEN_STEP, str(batch)], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    made = json.loads(out.stdout.strip().splitlines()[-1])
+    assert made["predicted"] == pytest.approx(made["allocated"], rel=0.05), made

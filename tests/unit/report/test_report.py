@@ -295,17 +295,20 @@ def test_memory_split_and_its_prediction_are_phrased_from_their_tables(strategy_
         "the peak per device was off by a median of 10.0 % and at most 10.0 % over 22 devices, within the 15 % target"
         in text
     )
-    assert "cuDNN's workspaces" not in text  # the tracker against itself (CPU records): nothing to say
+    assert "workspaces" not in text  # the tracker against itself (CPU records): nothing to say
     # CUDA cells planned without a GPU: the workspaces left out, said so; measured: how much they added
     every = lambda t: t.index == t.index  # noqa: E731
     cuda = changed(strategy_tables, "memory_accuracy", every, against="allocator")
     cuda = changed(cuda, "memory_split", lambda t: t["error_pct"].notna(), against="allocator")
-    assert "The plan ran without a GPU: its allocator peak leaves out cuDNN's workspaces" in findings.memory(cuda)
+    assert "The plan ran without a GPU: its allocator peak leaves out the libraries' workspaces" in findings.memory(
+        cuda
+    )
     checked = cuda["memory_split"]["against"] == "allocator"
     on_gpu = changed(cuda, "memory_split", lambda t: checked, predicted_workspace_mb=4.6)
     on_gpu = changed(on_gpu, "memory_split", lambda t: t.index == checked.idxmax(), predicted_workspace_mb=96.4)
     assert (
-        "The plan's allocator peak includes cuDNN's workspaces, measured on the planning host's GPU: a median "
+        "The plan's allocator peak includes the libraries' workspaces (cuBLAS's and cuDNN's), measured on the "
+        "planning host's GPU: a median "
         f"+4.60 MB and at most +96.4 MB over {checked.sum()} devices." in findings.memory(on_gpu)
     )
     worse = changed(strategy_tables, "memory_accuracy", lambda t: t["mode"] == "all", max_abs_error_pct=31.0)
