@@ -67,16 +67,24 @@ def split(snapshot: dict) -> dict[str, float]:
     return {**parts, "peak": by_name["Total"] / MB}
 
 
-def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step, keep=None) -> dict[torch.device, dict]:
-    """{device: the four parts and the peak (MB)} of `step()`, one training step. `keep`: a list
-    the tracker is appended to, for its per-module peaks (dpstudy.jobs.workspaces)."""
+def tracked(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step):
+    """The tracker (tracker_for) after `step()`, one training step, ran under it: its peaks, and
+    per module the peaks inside each module's forward and backward (dpstudy.jobs.workspaces)."""
     tracker = tracker_for(model, optimizer)
     with tracker:
         step()
-    if keep is not None:
-        keep.append(tracker)
+    return tracker
+
+
+def peak_split(tracker) -> dict[torch.device, dict]:
+    """{device: the four parts and the peak (MB)} at a tracker's peak."""
     peaks = tracker.get_tracker_snapshot("peak")
     return {device: split(snapshot) for device, snapshot in peaks.items() if snapshot.get("Total", 0) > 0}
+
+
+def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step) -> dict[torch.device, dict]:
+    """{device: the four parts and the peak (MB)} of `step()`, one training step."""
+    return peak_split(tracked(model, optimizer, step))
 
 
 def resident_mb(loaders, device: int) -> float:

@@ -194,12 +194,12 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
                 x = x.contiguous(memory_format=torch.channels_last)
             trainer.step(x, y)  # as after training: the optimizer's state exists
             seen, hooks = workspaces.watch_inputs(trainer.model)
-            kept: list = []
-            (parts,) = memory.tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y), kept).values()
+            tracker = memory.tracked(trainer.model, trainer.optimizer, lambda: trainer.step(x, y))
             for hook in hooks:
                 hook.remove()
+            (parts,) = memory.peak_split(tracker).values()
             gradient_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
-    return parts, gradient_mb, workspaces.convs_at_step(kept[0], seen)
+    return parts, gradient_mb, workspaces.convs_at_step(tracker, seen)
 
 
 @contextlib.contextmanager

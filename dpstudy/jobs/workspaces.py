@@ -150,11 +150,11 @@ def blas_workspaces_mb(device: torch.device, amp_dtype: torch.dtype | None = Non
 _BLAS: dict[torch.device, float] = {}
 
 
-def blas_once(device: torch.device, amp_dtype: torch.dtype | None = None, measure=None, log=None) -> float:
+def blas_once(device: torch.device, amp_dtype: torch.dtype | None = None, log=None) -> float:
     """blas_workspaces_mb, measured at this process's first call for `device` (and said to `log`)
-    and kept; `measure`: its stand-in in tests."""
+    and kept."""
     if device not in _BLAS:
-        _BLAS[device] = (measure or blas_workspaces_mb)(device, amp_dtype)
+        _BLAS[device] = blas_workspaces_mb(device, amp_dtype)
         if log:
             log(f"cuBLAS's workspaces on {device}: {_BLAS[device]:.1f} MB")
     return _BLAS[device]

@@ -98,9 +98,9 @@ def workspaces(split: pd.DataFrame | None) -> str:
     """ " The plan's allocator peak includes the libraries' workspaces (cuBLAS's and cuDNN's), measured
     on the planning host's GPU: a median +68.6 MB and at most +160 MB over 8 devices." (or that
     they were left out)."""
-    checked = split[split["against"] == "allocator"] if split is not None and "against" in split else split
-    if checked is None or checked.empty:
+    if split is None or "against" not in split:
         return ""
+    checked = split[split["against"] == "allocator"]
     measured = checked.get("predicted_workspace_mb", pd.Series(dtype=float)).dropna()
     if measured.empty:
         return (
