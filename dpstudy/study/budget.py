@@ -8,9 +8,9 @@ from __future__ import annotations
 
 GIB = 1024  # MB per GiB
 # What a CUDA process holds beyond the allocator's tensors: the CUDA context and the libraries'
-# buffers (record memory.context_mb: 758-760 MB on an H100 under torch 2.11 and CUDA 13), and the
-# cuDNN and cuBLAS workspaces no fake step sees (77-167 MB beyond allocated_mb on the same cells;
-# `make gpu-check`, item forecast). Rounded up for other devices and drivers.
+# buffers (record memory.context_mb: 758-760 MB on an H100 under torch 2.11 and CUDA 13), and what
+# allocated_mb misses: 77-167 MB of cuDNN and cuBLAS workspaces where the plan had no GPU to measure
+# them, 6-24 MB where it had (`make gpu-check`, item forecast). Rounded up for other devices.
 CUDA_RUNTIME_MB = 1024
 # The caching allocator rounds every block up and keeps segments that later blocks fragment: what
 # it must find free is more than the peak it hands out.
