@@ -1,13 +1,20 @@
-"""How fast this machine is right now, by a fixed pure-Python workload on one core, and what its
-cores did over the run (busy, idle, taken by the hypervisor): the test run prints both at its
-end, so that a slower `make test` can be told apart from a slower machine (the same suite took
-13 m 52 s one day and 17 m 05 s another here), and a run short of cores from one that leaves
-them idle."""
+"""How fast this machine is right now, by a fixed pure-Python workload on one core, a copy, the
+first touch of fresh memory and a new process importing torch, and what its cores did over the
+run (busy, idle, taken by the hypervisor): the test run prints both at its end, so that a slower
+`make test` can be told apart from a slower machine (the same suite took 13 m 52 s one day and
+17 m 05 s another here), and a run short of cores from one that leaves them idle.
+
+The last two are what the suite's ~180 cell processes pay each: on this VM the same commit's suite
+took 1,667 CPU-s one day and 2,279 another with the same Python steps/s, while `import torch` in
+a new process went from 1.6-1.8 to 2.2-3.0 CPU-s and fresh pages were first written at 0.3-4.6 GB/s
+(the hypervisor backs pages the guest gave back to it on their first touch)."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 STEPS = 2_000_000  # one round of the arithmetic loop: about 0.15 s here
@@ -29,12 +36,36 @@ def copy_rate(source: bytearray, target: bytearray) -> float:
     return 2 * len(source) / (time.perf_counter() - start) / 1e9
 
 
+def first_touch_rate(source: bytearray) -> float:
+    """GB/s written into pages this process has not touched before (a new buffer of `source`'s
+    size): what a new process pays for its memory, page faults included."""
+    target = bytearray(len(source))  # calloc: mapped, not yet touched
+    start = time.perf_counter()
+    target[:] = source
+    return len(source) / (time.perf_counter() - start) / 1e9
+
+
+def child_cpu_s(code: str) -> float:
+    """CPU seconds (user + system) a new Python process running `code` took, from its own rusage."""
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"python -c {code!r} exited with {child.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
 def reference(rounds: int = 5) -> str:
-    """Medians over `rounds` of both rates, as one line (about 1 s)."""
+    """Medians over `rounds` of the loop's and the copies' rates, and one new process importing
+    torch, as one line (about 3 s)."""
     source, target = bytearray(b"\x01" * COPY_BYTES), bytearray(b"\x02" * COPY_BYTES)  # pages resident
     steps = statistics.median(arithmetic_rate() for _ in range(rounds))
     copies = statistics.median(copy_rate(source, target) for _ in range(rounds))
-    return f"{steps:.1f} M Python steps/s, {copies:.1f} GB/s copied"
+    fresh = statistics.median(first_touch_rate(source) for _ in range(rounds))
+    return (
+        f"{steps:.1f} M Python steps/s, {copies:.1f} GB/s copied, {fresh:.1f} GB/s into fresh pages,"
+        f" import torch in a new process {child_cpu_s('import torch'):.1f} CPU-s"
+    )
 
 
 # --- what the machine's cores did over the run -----------------------------------------------------

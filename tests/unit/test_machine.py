@@ -1,7 +1,9 @@
 """The suite's own gauge of the machine (tests/helpers/machine.py): what the cores did over a run."""
 
+import re
 import time
 
+import pytest
 from helpers import machine
 
 
@@ -26,3 +28,23 @@ def test_the_ticks_of_this_machine_grow_with_a_busy_core():
     busy = sum(after[f] - before[f] for f in machine.BUSY_FIELDS)
     assert busy >= 0.25 * machine.TICKS_PER_S  # at least what the spin took, less a tick's rounding
     assert all(after[f] >= before[f] for f in machine.STAT_FIELDS)
+
+
+def test_a_new_processs_cpu_is_read_from_its_own_rusage():
+    # the child spins 0.3 s of its own CPU; the parent sleeps meanwhile and is not counted
+    spin = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    assert 0.28 <= machine.child_cpu_s(spin) < 5
+    assert machine.child_cpu_s("pass") < 0.28
+    with pytest.raises(RuntimeError, match=r"raise SystemExit\(3\).* exited with 3"):
+        machine.child_cpu_s("raise SystemExit(3)")
+
+
+def test_the_reference_line_gives_every_gauge_a_number():
+    line = machine.reference(rounds=1)
+    number = r"[0-9]+\.[0-9]"
+    assert re.fullmatch(
+        rf"{number} M Python steps/s, {number} GB/s copied, {number} GB/s into fresh pages,"
+        rf" import torch in a new process {number} CPU-s",
+        line,
+    ), line
+    assert float(line.rsplit("process ", 1)[1].split()[0]) > 0.1  # torch's import is real work
