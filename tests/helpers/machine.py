@@ -6,7 +6,7 @@ run (busy, idle, taken by the hypervisor): the test run prints both at its end, 
 
 The last two are what the suite's ~180 cell processes pay each: on this VM the same commit's suite
 took 1,667 CPU-s one day and 2,279 another with the same Python steps/s, while `import torch` in
-a new process went from 1.6-1.8 to 2.2-3.0 CPU-s and fresh pages were first written at 0.3-4.6 GB/s
+a new process went from 1.6-1.8 to 2.2-5.0 CPU-s and fresh pages were first written at 0.3-4.6 GB/s
 (the hypervisor backs pages the guest gave back to it on their first touch)."""
 
 from __future__ import annotations
