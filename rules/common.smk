@@ -45,9 +45,9 @@ ALL_USER_DATASETS, USER_DATA_FINGERPRINTS = PLAN.user_datasets, PLAN.fingerprint
 EXT_BUILD_ARGS = PLAN.ext_build_args
 
 
-_kept, _left_out = studies.within_gpu_budget(
-    ALL_CELLS, workflow.global_resources.get("gpu").value, GPU_JOBS
-)
+# --resources gpu=N: the GPUs jobs may reserve at once (None where not given)
+GPU_BUDGET = workflow.global_resources.get("gpu").value
+_kept, _left_out = studies.within_gpu_budget(ALL_CELLS, GPU_BUDGET, GPU_JOBS)
 if _left_out:
     logger.warning(
         f"{len(_left_out)} cells need more GPUs than --resources gpu allows and are left out: "
@@ -75,7 +75,7 @@ COMM_WORLD_SIZES = comm_world_sizes(
     rank_capacity(
         GPU_JOBS,
         visible_gpu_count(),
-        workflow.global_resources.get("gpu").value,
+        GPU_BUDGET,
         len(os.sched_getaffinity(0)),
     ),
 )

@@ -79,9 +79,7 @@ rule memory_plan:
         "../envs/train.yaml"
     resources:
         # a GPU of its own where it measures the workspaces: never beside a timed cell on it
-        gpu=plan_gpus(
-            GPU_JOBS, visible_gpu_count(), workflow.global_resources.get("gpu").value
-        ),
+        gpu=plan_gpus(GPU_JOBS, visible_gpu_count(), GPU_BUDGET),
     params:
         # in the plan, not in the train jobs: a new budget reruns no cell that already ran
         budget=(
