@@ -24,8 +24,12 @@ from dpstudy.study.resources import (
 )
 from dpstudy.study.spec import gap_before_start
 from dpstudy.util.errors import ConfigError
+from dpstudy.jobs import wakeups
 
 export_checkout(workflow.basedir)
+# Snakemake's scheduler woke ~30 times a second by the end of the default study, taking CPU from
+# the timed cells (dpstudy.jobs.wakeups): one pending wake-up at a time.
+wakeups.coalesce()
 # Jobs run `python`: make it the interpreter Snakemake itself runs on (the venv's), also when it
 # was started as .venv/bin/snakemake without the venv on PATH (else a job found another Python and
 # failed with "No module named 'torch'"). A job's own conda environment, when used, comes first.
