@@ -27,20 +27,45 @@ def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = No
     return proc
 
 
-def launch(spec: dict, out: Path, allocator: str = "auto", timeout=300, env: dict | None = None, extra=()):
-    """The cell as the workflow's train job runs it: dpstudy.jobs.launch (which starts python or
-    torchrun, with the study's allocator) on no GPU and 2 cores; the record is out/record.json.
-    `extra`: more of the launcher's arguments (--limit-s S)."""
+def start_launch(spec: dict, out: Path, allocator: str = "auto", env: dict | None = None, extra=()):
+    """The cell as the workflow's train job runs it, started in the background: dpstudy.jobs.launch
+    (which starts python or torchrun, with the study's allocator) on no GPU and 2 cores; the record
+    is out/record.json. `extra`: more of the launcher's arguments (--limit-s S). finish() waits."""
     from dpstudy.study.cells import base_id
     from dpstudy.study.spec import complete
 
     spec = complete(spec)
     cmd = [sys.executable, "-m", "dpstudy.jobs.launch", "--spec", json.dumps(spec), "--cell", base_id(spec)]
     cmd += ["--out", str(out), "--log", str(out / "train.log"), "--gpus", "0", "--cores", "2", "--allocator", allocator]
-    started = time.time()
-    proc = subprocess.run(
-        [*cmd, *extra], capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}
+    proc = subprocess.Popen(
+        [*cmd, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
-    proc.seconds = time.time() - started
-    proc.log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
+    proc.out, proc.started = out, time.time()
     return proc
+
+
+def finish(proc: subprocess.Popen, timeout=300) -> subprocess.CompletedProcess:
+    """A started launch run to its end, as launch() returns it (`.seconds`: its wall time, `.started`
+    and `.ended`: when, `.log`: the job's log); killed if it runs past `timeout`."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    done.started, done.ended = proc.started, time.time()
+    done.seconds = done.ended - done.started
+    log = proc.out / "train.log"
+    done.log = log.read_text() if log.exists() else ""
+    return done
+
+
+def launch(spec: dict, out: Path, allocator: str = "auto", timeout=300, env: dict | None = None, extra=()):
+    """The cell as the workflow's train job runs it (start_launch), run to its end (finish)."""
+    return finish(start_launch(spec, out, allocator, env, extra), timeout)

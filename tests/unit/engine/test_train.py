@@ -1,15 +1,12 @@
 """The training entry point end to end: real processes, real torchrun, Gloo on CPU."""
 
-import json
 import math
 import os
 import re
-import subprocess
 import time
 
 import pytest
-from helpers import REPO
-from helpers.engine import TORCHRUN, launch, train
+from helpers.engine import finish, start_launch, train
 
 from dpstudy import models
 from dpstudy.analysis.tables import rank_allocators
@@ -120,29 +117,46 @@ def test_same_seed_gives_identical_losses(synthetic_root, tmp_path):
 PARITY = {"epochs": 5, "lr": 0.02}
 
 
+class ParityRuns(dict):
+    """{mode: record}, and `launched`: {mode: (started, its record written)} of the launched jobs."""
+
+    def __init__(self, records: dict, launched: dict):
+        super().__init__(records)
+        self.launched = launched
+
+
 @pytest.fixture(scope="module")
 def parity_runs(data_root, tmp_path_factory):
     """{mode: record} of the same cell on one device and on two ranks with DDP and FSDP (full, and
     grad_op for one epoch), all at global batch 64 over Gloo. DDP and FSDP run as the workflow's
-    jobs do, through the launcher: DDP with the allocator auto picks, FSDP with tuned glibc."""
+    jobs do, through the launcher, started at the same moment (two jobs of one study on one
+    machine, each with its own torchrun --standalone): DDP with the allocator auto picks, FSDP with
+    tuned glibc. The two jobs' start and end, in epoch seconds: ParityRuns.launched."""
     out = tmp_path_factory.mktemp("parity")
-    runs = {
+    launched = {
+        name: start_launch(spec_for(data_root, **{**PARITY, **settings}), out / name, allocator=how)
+        for name, settings, how in (
+            ("ddp", {"mode": "ddp", "gpus": 2, "backend": "gloo"}, "auto"),
+            ("fsdp", {"mode": "fsdp", "gpus": 2, "backend": "gloo"}, "glibc"),
+        )
+    }
+    records, spans = {}, {}
+    alone = {
         "single": ({}, None),
-        "ddp": ({"mode": "ddp", "gpus": 2, "backend": "gloo"}, "auto"),
-        "fsdp": ({"mode": "fsdp", "gpus": 2, "backend": "gloo"}, "glibc"),
         "fsdp_grad_op": ({"mode": "fsdp", "gpus": 2, "backend": "gloo", "shard": "grad_op", "epochs": 1}, 2),
     }
-    records = {}
-    for name, (settings, how) in runs.items():
-        spec = spec_for(data_root, **{**PARITY, **settings})
-        if isinstance(how, str):
-            proc = launch(spec, out / name, allocator=how)
-            assert proc.returncode == 0 and f"allocator: {allocator.resolve(how).describe()}" in proc.log, proc.log
-        else:
-            proc = train(spec, out / name, nproc=how)
-            assert proc.returncode == 0, proc.stderr
+    for name, (settings, nproc) in alone.items():
+        proc = train(spec_for(data_root, **{**PARITY, **settings}), out / name, nproc=nproc)
+        assert proc.returncode == 0, proc.stderr
         records[name] = record.read(out / name / "record.json")
-    return records
+    for name, started in launched.items():
+        how = {"ddp": "auto", "fsdp": "glibc"}[name]
+        proc = finish(started)
+        assert proc.returncode == 0 and f"allocator: {allocator.resolve(how).describe()}" in proc.log, proc.log
+        assert "torchrun --standalone --nproc-per-node=2 " in proc.log, proc.log
+        records[name] = record.read(out / name / "record.json")
+        spans[name] = (proc.started, (out / name / "record.json").stat().st_mtime)
+    return ParityRuns(records, launched=spans)
 
 
 @pytest.mark.slow
@@ -333,26 +347,14 @@ def test_other_settings_train(data_root, tmp_path, settings):
 
 
 @pytest.mark.slow
-def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(synthetic_root, tmp_path):
+def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(parity_runs):
     # torchrun --standalone binds its rendezvous store to a port the kernel picks (port 0), so
-    # two jobs started at the same moment on one machine cannot collide.
-    spec = spec_for(synthetic_root, mode="ddp", gpus=2, backend="gloo", epochs=1)
-    launcher = TORCHRUN + ["--nproc-per-node=2", "-m", "dpstudy.engine", "--spec", json.dumps(spec)]
-    jobs = [
-        subprocess.Popen(
-            launcher + ["--out", str(tmp_path / name), "--cores", "1"],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for name in ("a", "b")
-    ]
-    for job in jobs:
-        output, _ = job.communicate(timeout=300)
-        assert job.returncode == 0, output
-    for name in ("a", "b"):
-        assert record.read(tmp_path / name / "record.json")["status"] == "ok"
+    # two jobs started at the same moment on one machine cannot collide: the parity runs' DDP and
+    # FSDP jobs ran at once (each started before the other wrote its record) and both finished.
+    (ddp_started, ddp_ended), (fsdp_started, fsdp_ended) = parity_runs.launched["ddp"], parity_runs.launched["fsdp"]
+    assert max(ddp_started, fsdp_started) < min(ddp_ended, fsdp_ended)
+    for name in ("ddp", "fsdp"):
+        assert parity_runs[name]["status"] == "ok" and parity_runs[name]["env"]["world_size"] == 2
 
 
 @pytest.mark.slow
