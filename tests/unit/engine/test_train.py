@@ -357,17 +357,40 @@ def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(parity_runs):
         assert parity_runs[name]["status"] == "ok" and parity_runs[name]["env"]["world_size"] == 2
 
 
+# ResNet-18's structure (dpstudy.models.resnet) at 1/8 of its widths and one block a stage: a stem
+# with BatchNorm, blocks whose BatchNorm layers (the shortcut's too) sit inside FSDP's block units.
+NARROW_RESNET = """
+from torch import nn
+from dpstudy.models.resnet import Residual
+
+
+def narrow_resnet(num_classes, in_channels, image_size):
+    stem = nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+    stages = nn.Sequential(Residual(8, 8, 1), Residual(8, 16, 2), Residual(16, 32, 2))
+    head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes))
+    return nn.Sequential(stem, stages, head)
+"""
+
+
 @pytest.mark.slow
 def test_fsdp_in_bf16_with_batchnorm_and_uneven_test_shards(tmp_path):
-    # bf16 through FSDP's policy with BatchNorm kept in fp32 (resnet18); 129 test images over two
-    # ranks at 32 per rank: 3 batches on rank 0, 2 on rank 1, whose forwards must still all-gather.
+    # bf16 through FSDP's policy with BatchNorm kept in fp32, each BatchNorm a unit of its own inside
+    # the blocks' units; 129 test images over two ranks at 32 per rank: 3 batches on rank 0, 2 on
+    # rank 1, whose forwards must still all-gather. (ResNet-18 itself took 38 CPU-s here, mostly its
+    # probe's steps; this one a few.)
     root = tmp_path / "data"
     data.prepare("synthetic", root, {"train_size": 256, "test_size": 129})
-    settings = {"model": "resnet18", "mode": "fsdp", "gpus": 2, "backend": "gloo", "precision": "bf16"}
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "narrow.py").write_text(NARROW_RESNET)
+    settings = {"model": "narrow:narrow_resnet", "code_path": str(tmp_path / "code")}
+    settings |= {"mode": "fsdp", "gpus": 2, "backend": "gloo", "precision": "bf16"}
     proc = train(spec_for(root, epochs=1, **settings), tmp_path / "cell", nproc=2, timeout=240)
     assert proc.returncode == 0, proc.stderr
     rec = record.read(tmp_path / "cell/record.json")
     assert rec["status"] == "ok", rec["reason"]
+    # the units that hold parameters: the stem's convolution, the three blocks and the head's Linear,
+    # and the nine BatchNorm layers (the stem's, two a block, and the two shortcuts'); the root none
+    assert rec["probe"]["units"] == 5 + 9
     epoch = rec["epochs"][0]
     assert math.isfinite(epoch["train_loss"]) and math.isfinite(epoch["test_loss"])
     correct = epoch["test_acc"] * 129  # every test image counted once, none of the extra forwards
