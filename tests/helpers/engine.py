@@ -50,8 +50,8 @@ def start_launch(spec: dict, out: Path, allocator: str = "auto", env: dict | Non
 
 
 def finish(proc: subprocess.Popen, timeout=300) -> subprocess.CompletedProcess:
-    """A started launch run to its end, as launch() returns it (`.seconds`: its wall time, `.started`
-    and `.ended`: when, `.log`: the job's log); killed if it runs past `timeout`."""
+    """A started launch run to its end, as launch() returns it (`.started`: when, in epoch seconds,
+    `.seconds`: its wall time, `.log`: the job's log); killed if it runs past `timeout`."""
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -59,8 +59,7 @@ def finish(proc: subprocess.Popen, timeout=300) -> subprocess.CompletedProcess:
         proc.communicate()
         raise
     done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    done.started, done.ended = proc.started, time.time()
-    done.seconds = done.ended - done.started
+    done.started, done.seconds = proc.started, time.time() - proc.started
     log = proc.out / "train.log"
     done.log = log.read_text() if log.exists() else ""
     return done

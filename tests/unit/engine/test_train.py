@@ -133,12 +133,10 @@ def parity_runs(data_root, tmp_path_factory):
     machine, each with its own torchrun --standalone): DDP with the allocator auto picks, FSDP with
     tuned glibc. The two jobs' start and end, in epoch seconds: ParityRuns.launched."""
     out = tmp_path_factory.mktemp("parity")
+    allocators = {"ddp": "auto", "fsdp": "glibc"}
     launched = {
-        name: start_launch(spec_for(data_root, **{**PARITY, **settings}), out / name, allocator=how)
-        for name, settings, how in (
-            ("ddp", {"mode": "ddp", "gpus": 2, "backend": "gloo"}, "auto"),
-            ("fsdp", {"mode": "fsdp", "gpus": 2, "backend": "gloo"}, "glibc"),
-        )
+        name: start_launch(spec_for(data_root, **PARITY, mode=name, gpus=2, backend="gloo"), out / name, allocator=how)
+        for name, how in allocators.items()
     }
     records, spans = {}, {}
     alone = {
@@ -150,9 +148,9 @@ def parity_runs(data_root, tmp_path_factory):
         assert proc.returncode == 0, proc.stderr
         records[name] = record.read(out / name / "record.json")
     for name, started in launched.items():
-        how = {"ddp": "auto", "fsdp": "glibc"}[name]
         proc = finish(started)
-        assert proc.returncode == 0 and f"allocator: {allocator.resolve(how).describe()}" in proc.log, proc.log
+        chosen = allocator.resolve(allocators[name]).describe()
+        assert proc.returncode == 0 and f"allocator: {chosen}" in proc.log, proc.log
         assert "torchrun --standalone --nproc-per-node=2 " in proc.log, proc.log
         records[name] = record.read(out / name / "record.json")
         spans[name] = (proc.started, (out / name / "record.json").stat().st_mtime)
