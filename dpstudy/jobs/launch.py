@@ -7,7 +7,8 @@ The train rule execs this (G and C per node). It
 - starts `python -m dpstudy.engine` (single, dp), `torchrun --standalone` (ddp, fsdp on one node) or,
   inside a SLURM allocation, `srun torchrun --nnodes=N --rdzv-backend=c10d` (ddp, fsdp on N nodes; the
   rendezvous runs on the batch host, where this launcher runs). Outside SLURM a multi-node cell
-  runs as one process and train.py records why it was skipped;
+  runs as one process and train.py records why it was skipped (the command: dpstudy.jobs.cell_command;
+  a one-node torchrun keeps its log folders in a folder of the job's own, removed when it ends);
 - gives the cell the GPUs its job reserved: those a scheduler put in CUDA_VISIBLE_DEVICES, else
   free slots of this machine's pool; a job that reserved none sees no GPU (the policy is
   dpstudy.jobs.gpus.job_environment's);
@@ -38,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -46,18 +48,16 @@ from typing import IO
 
 from dpstudy.jobs import exits, memory_plan, slurm, timelimit
 from dpstudy.jobs import gpus as gpu_pool
+from dpstudy.jobs.cell_command import command
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
-from dpstudy.study.spec import gap_before_start, one_process_per_device
+from dpstudy.study.spec import gap_before_start
 from dpstudy.util import allocator
 from dpstudy.util.atomic import write_json
 from dpstudy.util.errors import ConfigError
 from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
-from dpstudy.util.ports import free_port
 
-# The ranks run the engine as a module, so an installed (not editable) dpstudy works too.
-TRAIN_MODULE = ("-m", "dpstudy.engine")
 ATTEMPT_FILE = "attempt.json"
 PARENT = os.getppid()  # read first thing: the parent this launcher must not outlive
 RECORD_WAIT_S = 10.0
@@ -66,37 +66,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 class Stopped(Exception):
     """A stop signal arrived before the child was started."""
-
-
-def torchrun() -> list[str]:
-    script = Path(sys.executable).parent / "torchrun"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
-
-
-def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:
-    """The command line that runs the cell's processes (see the module's docstring)."""
-    train = [*TRAIN_MODULE, "--spec", json.dumps(spec, sort_keys=True), "--out", str(out), "--cell", cell]
-    train += ["--cores", str(cores)]
-    nodes, gpus = spec["nodes"], spec["gpus"]
-    if not one_process_per_device(spec) or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
-        return [sys.executable, *train]
-    if nodes == 1:
-        return [*torchrun(), "--standalone", f"--nproc-per-node={gpus}", *train]
-    return [
-        "srun",
-        f"--nodes={nodes}",
-        f"--ntasks={nodes}",
-        "--ntasks-per-node=1",
-        f"--cpus-per-task={cores}",
-        "--kill-on-bad-exit=1",
-        *torchrun(),
-        f"--nnodes={nodes}",
-        f"--nproc-per-node={gpus}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={allocation.head}:{free_port()}",
-        f"--rdzv-id={allocation.job_id}",
-        *train,
-    ]
 
 
 class Launcher:
@@ -154,8 +123,9 @@ class Launcher:
             return 0
         job = slurm.job_id()
         allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
-        argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
-        with gpu_pool.job_environment(self.args.gpus, say=self.say) as env:
+        scratch = tempfile.TemporaryDirectory(prefix="dpstudy-torchrun-")  # removed when the job ends
+        with gpu_pool.job_environment(self.args.gpus, say=self.say) as env, scratch as logs:
+            argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation, logs)
             env = memory.environment(env)  # every rank: torchrun and srun pass it on
             if self.args.collective_timeout_s:  # read by dpstudy.engine.modes.distributed
                 env["DPSTUDY_COLLECTIVE_TIMEOUT_S"] = str(self.args.collective_timeout_s)

@@ -1,5 +1,6 @@
 """The training entry point end to end: real processes, real torchrun, Gloo on CPU."""
 
+import getpass
 import math
 import os
 import re
@@ -118,11 +119,12 @@ PARITY = {"epochs": 5, "lr": 0.02}
 
 
 class ParityRuns(dict):
-    """{mode: record}, and `launched`: {mode: (started, its record written)} of the launched jobs."""
+    """{mode: record}; of the launched jobs, `launched`: {mode: (started, its record written)} and
+    `left`: {mode: what the job left in its TMPDIR}."""
 
-    def __init__(self, records: dict, launched: dict):
+    def __init__(self, records: dict, launched: dict, left: dict):
         super().__init__(records)
-        self.launched = launched
+        self.launched, self.left = launched, left
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +136,16 @@ def parity_runs(data_root, tmp_path_factory):
     tuned glibc. The two jobs' start and end, in epoch seconds: ParityRuns.launched."""
     out = tmp_path_factory.mktemp("parity")
     allocators = {"ddp": "auto", "fsdp": "glibc"}
+    temp = {name: out / f"{name}-tmp" for name in allocators}  # each job's TMPDIR: what is left there
+    for folder in temp.values():
+        folder.mkdir()
     launched = {
-        name: start_launch(spec_for(data_root, **PARITY, mode=name, gpus=2, backend="gloo"), out / name, allocator=how)
+        name: start_launch(
+            spec_for(data_root, **PARITY, mode=name, gpus=2, backend="gloo"),
+            out / name,
+            allocator=how,
+            env={"TMPDIR": str(temp[name])},
+        )
         for name, how in allocators.items()
     }
     records, spans = {}, {}
@@ -154,7 +164,9 @@ def parity_runs(data_root, tmp_path_factory):
         assert "torchrun --standalone --nproc-per-node=2 " in proc.log, proc.log
         records[name] = record.read(out / name / "record.json")
         spans[name] = (proc.started, (out / name / "record.json").stat().st_mtime)
-    return ParityRuns(records, launched=spans)
+    return ParityRuns(
+        records, launched=spans, left={name: sorted(p.name for p in temp[name].iterdir()) for name in temp}
+    )
 
 
 @pytest.mark.slow
@@ -353,6 +365,11 @@ def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(parity_runs):
     assert max(ddp_started, fsdp_started) < min(ddp_ended, fsdp_ended)
     for name in ("ddp", "fsdp"):
         assert parity_runs[name]["status"] == "ok" and parity_runs[name]["env"]["world_size"] == 2
+    # and neither left anything in its TMPDIR but Inductor's cache (kept across jobs on purpose):
+    # torchrun kept its log folders in the job's own folder, removed at the end (its default, a
+    # torchelastic_* folder in TMPDIR, stayed behind after every job)
+    cache = f"torchinductor_{getpass.getuser()}"
+    assert {name: set(left) - {cache} for name, left in parity_runs.left.items()} == {"ddp": set(), "fsdp": set()}
 
 
 # ResNet-18's structure (dpstudy.models.resnet) at 1/8 of its widths and one block a stage: a stem

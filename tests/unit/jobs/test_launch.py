@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from dpstudy.jobs import launch, slurm, timelimit
+from dpstudy.jobs import cell_command, slurm, timelimit
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.spec import complete
@@ -29,22 +29,25 @@ SINGLE = complete({"dataset": "synthetic", "model": "lenet", "mode": "single"})
 
 
 def test_single_and_dp_run_one_python_process(tmp_path):
-    argv = launch.command(SINGLE, "c", tmp_path, 1, None)
+    argv = cell_command.command(SINGLE, "c", tmp_path, 1, None)
     assert argv[:3] == [sys.executable, "-m", "dpstudy.engine"]
     assert argv[argv.index("--cores") + 1] == "1" and json.loads(argv[argv.index("--spec") + 1]) == SINGLE
 
 
 def test_ddp_on_one_node_runs_torchrun_standalone(tmp_path):
-    argv = launch.command(DDP, "c", tmp_path, 2, None)
+    argv = cell_command.command(DDP, "c", tmp_path, 2, None)
     # the venv's torchrun, or torch's module where the host's torch brings no script (TORCH=system)
     runner = argv[:1] if argv[0].endswith("torchrun") else argv[:3]
     assert runner in ([str(Path(sys.executable).parent / "torchrun")], [sys.executable, "-m", "torch.distributed.run"])
-    assert argv[len(runner) : len(runner) + 2] == ["--standalone", "--nproc-per-node=2"]
+    assert argv[len(runner) : len(runner) + 3] == ["--standalone", "--nproc-per-node=2", "-m"]
+    # with the job's folder for torchrun's logs (the launcher's, removed when the job ends)
+    argv = cell_command.command(DDP, "c", tmp_path, 2, None, logs="/scratch/job")
+    assert argv[len(runner) : len(runner) + 3] == ["--standalone", "--nproc-per-node=2", "--log-dir=/scratch/job"]
 
 
 def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path):
     spec = {**DDP, "nodes": 2}
-    argv = launch.command(spec, "c", tmp_path, 2, slurm.Allocation("77", 2, "10.0.0.5"))
+    argv = cell_command.command(spec, "c", tmp_path, 2, slurm.Allocation("77", 2, "10.0.0.5"))
     assert argv[:6] == [
         "srun",
         "--nodes=2",
@@ -61,8 +64,8 @@ def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path
 
 def test_a_multi_node_cell_outside_an_allocation_big_enough_runs_alone_to_record_its_skip(tmp_path):
     spec = {**DDP, "nodes": 2}
-    assert launch.command(spec, "c", tmp_path, 2, None)[0] == sys.executable
-    assert launch.command(spec, "c", tmp_path, 2, slurm.Allocation("77", 1, "h"))[0] == sys.executable
+    assert cell_command.command(spec, "c", tmp_path, 2, None)[0] == sys.executable
+    assert cell_command.command(spec, "c", tmp_path, 2, slurm.Allocation("77", 1, "h"))[0] == sys.executable
 
 
 # ---- how a job ends ---------------------------------------------------------------------------
