@@ -17,7 +17,8 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
 def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):
     """The finished process (`.seconds`: its wall time); the record is out/record.json."""
-    launcher = TORCHRUN + [f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
+    # torchrun's log folders beside the cell's, as the launcher keeps them out of /tmp
+    launcher = TORCHRUN + [f"--nproc-per-node={nproc}", f"--log-dir={out}.torchrun"] if nproc else [sys.executable]
     cmd = launcher + ["-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
     started = time.time()
     proc = subprocess.run(

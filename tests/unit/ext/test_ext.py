@@ -380,10 +380,7 @@ def test_cpu_only_env_and_cuda_arch_argument(monkeypatch):
 @pytest.mark.slow
 def test_lenet_ext_trains_under_ddp_through_the_entry_point(ops, tmp_path, synthetic_root):
     """lenet_ext in a real torchrun job over Gloo, loading the built extension in every rank."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from helpers.engine import train
 
     from dpstudy.record import fields as record
 
@@ -396,26 +393,7 @@ def test_lenet_ext_trains_under_ddp_through_the_entry_point(ops, tmp_path, synth
         "epochs": 2,
         "data_root": str(synthetic_root),
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            "-m",
-            "dpstudy.engine",
-            "--spec",
-            json.dumps(spec),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**os.environ, "DPSTUDY_EXT_DIR": str(EXT_TEST_DIR)},
-    )
+    proc = train(spec, tmp_path / "out", nproc=2, env={"DPSTUDY_EXT_DIR": str(EXT_TEST_DIR)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rec = record.read(tmp_path / "out/record.json")
     assert rec["status"] == "ok" and rec["env"]["world_size"] == 2
