@@ -293,8 +293,8 @@ def comparable(rec: dict) -> dict:
             epoch.pop(key, None)
     for key in ("median_epoch_s", "samples_per_s", "startup_s", "total_s"):
         rec["summary"].pop(key)
-    for key in PROBE_FIELDS:  # its times (every field but the counts and sizes, in seconds)
-        if key.endswith("_s"):
+    for key in PROBE_FIELDS:  # its times (every field but the counts and sizes, in seconds) and
+        if key.endswith("_s") or key == "steps":  # the steps it timed: fewer when a step was slow
             (rec.get("probe") or {}).pop(key, None)
     for key in ("hostname", "job", "cpu", "cpu_count"):
         rec["env"].pop(key, None)
