@@ -16,6 +16,10 @@ from dpstudy.util.ports import free_port
 
 # The ranks run the engine as a module, so an installed (not editable) dpstudy works too.
 TRAIN_MODULE = ("-m", "dpstudy.engine")
+# torchrun's per-rank log folders, in the cell's folder (on every node: the shared file system)
+# instead of a torchelastic_* folder in each node's /tmp that nothing removes; the launcher
+# removes it when the cell's processes end.
+TORCHRUN_LOGS = "torchrun-logs"
 
 
 def torchrun() -> list[str]:
@@ -23,25 +27,16 @@ def torchrun() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def command(
-    spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None, logs: str | None = None
-) -> list[str]:
-    """The command line that runs the cell's processes (see the module's docstring). `logs`: where a
-    one-node torchrun keeps its per-rank log folders (--log-dir; without it, a torchelastic_* folder
-    of its own in /tmp that nothing removes). On several nodes each torchrun keeps its default."""
+def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:
+    """The command line that runs the cell's processes (see the module's docstring)."""
     train = [*TRAIN_MODULE, "--spec", json.dumps(spec, sort_keys=True), "--out", str(out), "--cell", cell]
     train += ["--cores", str(cores)]
     nodes, gpus = spec["nodes"], spec["gpus"]
     if not one_process_per_device(spec) or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
         return [sys.executable, *train]
+    logs = f"--log-dir={out / TORCHRUN_LOGS}"
     if nodes == 1:
-        return [
-            *torchrun(),
-            "--standalone",
-            f"--nproc-per-node={gpus}",
-            *([f"--log-dir={logs}"] if logs else []),
-            *train,
-        ]
+        return [*torchrun(), "--standalone", f"--nproc-per-node={gpus}", logs, *train]
     return [
         "srun",
         f"--nodes={nodes}",
@@ -55,5 +50,6 @@ def command(
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={allocation.head}:{free_port()}",
         f"--rdzv-id={allocation.job_id}",
+        logs,
         *train,
     ]

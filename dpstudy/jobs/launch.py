@@ -8,7 +8,7 @@ The train rule execs this (G and C per node). It
   inside a SLURM allocation, `srun torchrun --nnodes=N --rdzv-backend=c10d` (ddp, fsdp on N nodes; the
   rendezvous runs on the batch host, where this launcher runs). Outside SLURM a multi-node cell
   runs as one process and train.py records why it was skipped (the command: dpstudy.jobs.cell_command;
-  a one-node torchrun keeps its log folders in a folder of the job's own, removed when it ends);
+  torchrun keeps its log folders in the cell's folder, removed when the processes end);
 - gives the cell the GPUs its job reserved: those a scheduler put in CUDA_VISIBLE_DEVICES, else
   free slots of this machine's pool; a job that reserved none sees no GPU (the policy is
   dpstudy.jobs.gpus.job_environment's);
@@ -35,11 +35,11 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -48,7 +48,7 @@ from typing import IO
 
 from dpstudy.jobs import exits, memory_plan, slurm, timelimit
 from dpstudy.jobs import gpus as gpu_pool
-from dpstudy.jobs.cell_command import command
+from dpstudy.jobs.cell_command import TORCHRUN_LOGS, command
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.resources import processes_per_node
@@ -123,9 +123,8 @@ class Launcher:
             return 0
         job = slurm.job_id()
         allocation = slurm.allocation(job) if job and self.spec["nodes"] > 1 else None
-        scratch = tempfile.TemporaryDirectory(prefix="dpstudy-torchrun-")  # removed when the job ends
-        with gpu_pool.job_environment(self.args.gpus, say=self.say) as env, scratch as logs:
-            argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation, logs)
+        argv = command(self.spec, self.args.cell, self.out, self.args.cores, allocation)
+        with gpu_pool.job_environment(self.args.gpus, say=self.say) as env:
             env = memory.environment(env)  # every rank: torchrun and srun pass it on
             if self.args.collective_timeout_s:  # read by dpstudy.engine.modes.distributed
                 env["DPSTUDY_COLLECTIVE_TIMEOUT_S"] = str(self.args.collective_timeout_s)
@@ -148,6 +147,7 @@ class Launcher:
             )
             # SLURM keeps the limit itself (the retry records it): the launcher keeps it elsewhere.
             code, over = timelimit.wait(self.child, None if job else self.args.limit_s, self.t0)
+        shutil.rmtree(self.out / TORCHRUN_LOGS, ignore_errors=True)  # a killed run's too, the next time
         if self.stopped_by is not None:
             return self.finish_stopped()
         if over and not self.record_path.exists():  # a record written just before the stop stands

@@ -12,6 +12,7 @@ from helpers.engine import finish, start_launch, train
 from dpstudy import models
 from dpstudy.analysis.tables import rank_allocators
 from dpstudy.data import store as data
+from dpstudy.jobs.cell_command import TORCHRUN_LOGS
 from dpstudy.record import fields as record
 from dpstudy.util import allocator
 
@@ -120,7 +121,7 @@ PARITY = {"epochs": 5, "lr": 0.02}
 
 class ParityRuns(dict):
     """{mode: record}; of the launched jobs, `launched`: {mode: (started, its record written)} and
-    `left`: {mode: what the job left in its TMPDIR}."""
+    `left`: {mode: what the job left in its TMPDIR, and torchrun's logs if its cell's folder kept them}."""
 
     def __init__(self, records: dict, launched: dict, left: dict):
         super().__init__(records)
@@ -164,9 +165,10 @@ def parity_runs(data_root, tmp_path_factory):
         assert "torchrun --standalone --nproc-per-node=2 " in proc.log, proc.log
         records[name] = record.read(out / name / "record.json")
         spans[name] = (proc.started, (out / name / "record.json").stat().st_mtime)
-    return ParityRuns(
-        records, launched=spans, left={name: sorted(p.name for p in temp[name].iterdir()) for name in temp}
-    )
+    left = {name: sorted(p.name for p in temp[name].iterdir()) for name in temp}
+    for name in temp:  # and torchrun's logs in the cell's folder, once the job ended
+        left[name] += [TORCHRUN_LOGS] if (out / name / TORCHRUN_LOGS).exists() else []
+    return ParityRuns(records, launched=spans, left=left)
 
 
 @pytest.mark.slow
@@ -366,7 +368,7 @@ def test_concurrent_ddp_jobs_do_not_share_a_rendezvous(parity_runs):
     for name in ("ddp", "fsdp"):
         assert parity_runs[name]["status"] == "ok" and parity_runs[name]["env"]["world_size"] == 2
     # and neither left anything in its TMPDIR but Inductor's cache (kept across jobs on purpose):
-    # torchrun kept its log folders in the job's own folder, removed at the end (its default, a
+    # torchrun kept its log folders in the cell's folder, removed at the end (its default, a
     # torchelastic_* folder in TMPDIR, stayed behind after every job)
     cache = f"torchinductor_{getpass.getuser()}"
     assert {name: set(left) - {cache} for name, left in parity_runs.left.items()} == {"ddp": set(), "fsdp": set()}

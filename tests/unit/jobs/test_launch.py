@@ -39,10 +39,9 @@ def test_ddp_on_one_node_runs_torchrun_standalone(tmp_path):
     # the venv's torchrun, or torch's module where the host's torch brings no script (TORCH=system)
     runner = argv[:1] if argv[0].endswith("torchrun") else argv[:3]
     assert runner in ([str(Path(sys.executable).parent / "torchrun")], [sys.executable, "-m", "torch.distributed.run"])
-    assert argv[len(runner) : len(runner) + 3] == ["--standalone", "--nproc-per-node=2", "-m"]
-    # with the job's folder for torchrun's logs (the launcher's, removed when the job ends)
-    argv = cell_command.command(DDP, "c", tmp_path, 2, None, logs="/scratch/job")
-    assert argv[len(runner) : len(runner) + 3] == ["--standalone", "--nproc-per-node=2", "--log-dir=/scratch/job"]
+    # torchrun's log folders in the cell's folder, which the launcher removes when the job ends
+    logs = f"--log-dir={tmp_path / cell_command.TORCHRUN_LOGS}"
+    assert argv[len(runner) : len(runner) + 4] == ["--standalone", "--nproc-per-node=2", logs, "-m"]
 
 
 def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path):
@@ -60,6 +59,7 @@ def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path
     assert rest[:3] == ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d"]
     host, port = rest[3].removeprefix("--rdzv-endpoint=").split(":")
     assert host == "10.0.0.5" and 1024 <= int(port) < 65536 and rest[4] == "--rdzv-id=77"
+    assert rest[5] == f"--log-dir={tmp_path / cell_command.TORCHRUN_LOGS}"
 
 
 def test_a_multi_node_cell_outside_an_allocation_big_enough_runs_alone_to_record_its_skip(tmp_path):
