@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -133,21 +134,23 @@ def setup(
         host_packages = found.get("distributions", {})
         requirements = [*constraints(mode, host_packages, Path(tmp)), "-e", f"{REPO}[{extras}]"]
         install(venv, ["install", *requirements], wheels, mode, installer, python)
-    subprocess.run(
-        [
-            str(venv_python(venv)),
-            "-m",
-            "ipykernel",
-            "install",
-            "--sys-prefix",
-            "--name",
-            "python3",
-            "--display-name",
-            "dpstudy (python3)",
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+        # TMPDIR here: ipykernel stages the spec in a mkdtemp folder it empties but never removes
+        subprocess.run(
+            [
+                str(venv_python(venv)),
+                "-m",
+                "ipykernel",
+                "install",
+                "--sys-prefix",
+                "--name",
+                "python3",
+                "--display-name",
+                "dpstudy (python3)",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": tmp},
+        )
     installed = probe(venv_python(venv))
     state = {
         "torch": mode,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -354,10 +356,18 @@ def test_offline_setup_on_a_host_pytorch_other_than_the_lock_s(tmp_path):
     subprocess.run([*make, "wheelhouse", f"WHEELS={wheels}"], check=True, capture_output=True)
     assert not list(wheels.glob("torch-*")) and list(wheels.glob("snakemake-*.whl"))
 
+    tmp = tmp_path / "tmp"  # the set-up's TMPDIR: it leaves nothing there (ipykernel's staging folder included) ...
+    tmp.mkdir()
     proc = subprocess.run(
-        offline([*make, "setup", "TORCH=system", f"WHEELS={wheels}", "EXTRAS=test"]), capture_output=True, text=True
+        offline([*make, "setup", "TORCH=system", f"WHEELS={wheels}", "EXTRAS=test"]),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # but Inductor's per-user cache, which the probe's torchvision import makes and keeps on purpose
+    left = sorted(path.name for path in tmp.iterdir())
+    assert left in ([], [f"torchinductor_{getpass.getuser()}"]), left
     host_site = tmp_path / "host" / "site"
     assert f"using the host's torch {host_torch} (CUDA" in proc.stdout and f"from {host_site}" in proc.stdout
     assert f"installed offline from {wheels}" in proc.stdout
