@@ -173,9 +173,11 @@ def start_long_cell(study) -> tuple:
     """Snakemake running the study with LONG in the background, once LONG's ranks trained an
     epoch: (the process, the ranks' pids)."""
     (study.workdir / f"results/cells/{LONG}/train.log").unlink(missing_ok=True)  # a killed attempt's
-    proc = start_snakemake(
-        study.workdir, "--cores", "2", "--resources", "gpu=2", config=WITH_LONG, env={**study.env, **HANG}
-    )
+    # a Snakemake killed by SIGKILL leaves its temporary folder: in the test's folder, not in /tmp
+    tmp = study.workdir.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**study.env, **HANG, "TMPDIR": str(tmp)}
+    proc = start_snakemake(study.workdir, "--cores", "2", "--resources", "gpu=2", config=WITH_LONG, env=env)
     try:
         wait_for_text(study.workdir / f"results/cells/{LONG}/train.log", "epoch 1/", proc)
         ranks = [
