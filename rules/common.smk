@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 # This checkout's dpstudy, for the workflow itself and for every job (also in --sdm conda).
 sys.path.insert(0, workflow.basedir)
 
-from dpstudy.study import outputs, predict, sweeps as studies
+from dpstudy.study import outputs, predict, sweeps
 from dpstudy.jobs.planning import plan
 from dpstudy.record.envinfo import torch_version
 from dpstudy.jobs.gpus import visible_gpu_count
@@ -51,7 +51,7 @@ EXT_BUILD_ARGS = PLAN.ext_build_args
 
 # --resources gpu=N: the GPUs jobs may reserve at once (None where not given)
 GPU_BUDGET = workflow.global_resources.get("gpu").value
-_kept, _left_out = studies.within_gpu_budget(ALL_CELLS, GPU_BUDGET, GPU_JOBS)
+_kept, _left_out = sweeps.within_gpu_budget(ALL_CELLS, GPU_BUDGET, GPU_JOBS)
 if _left_out:
     logger.warning(
         f"{len(_left_out)} cells need more GPUs than --resources gpu allows and are left out: "
@@ -59,7 +59,7 @@ if _left_out:
     )
 CELLS = {cell.id: cell for cell in _kept}
 # Repeats interleaved across settings (dpstudy.study.sweeps.run_priorities).
-PRIORITIES = studies.run_priorities(CELLS.values())
+PRIORITIES = sweeps.run_priorities(CELLS.values())
 # The jobs that measure nothing and that cells or benchmarks wait for (the data's preparation,
 # the resolved study and the memory plan it feeds, the extension's build) run first, side by
 # side on one core each, before the timed cells take the machine: left at priority 0, the build
@@ -69,7 +69,7 @@ BEFORE_CELLS = max(PRIORITIES.values(), default=0) + 1
 RECORDS = [outputs.record_path(cell) for cell in CELLS]
 # The machine's floor: one run per repeat round (none with fewer than two rounds).
 FLOOR_ROUNDS = (
-    studies.floor_rounds(CELLS.values(), PRIORITIES) if STUDY["bench"]["floor"] else {}
+    sweeps.floor_rounds(CELLS.values(), PRIORITIES) if STUDY["bench"]["floor"] else {}
 )
 FLOOR_FILES = [outputs.floor_path(repeat) for repeat in FLOOR_ROUNDS]
 # The collectives' world sizes: what the cells run and predict: asks for, as far as this host holds.
@@ -112,7 +112,7 @@ wildcard_constraints:
 
 def cell_of(wildcards):
     """The cell of a train job's wildcards (or the cell itself: like_floor_cell passes one)."""
-    return wildcards if isinstance(wildcards, studies.Cell) else CELLS[wildcards.cell]
+    return wildcards if isinstance(wildcards, sweeps.Cell) else CELLS[wildcards.cell]
 
 
 def cell_spec(wildcards):

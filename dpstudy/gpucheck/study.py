@@ -93,11 +93,11 @@ def too_big_cells(visible: int, config_path: Path = REPO / "config" / "config.ya
     """{cell id: GPUs it needs} of the default study's cells that need more than `visible` GPUs."""
     import yaml
 
-    from dpstudy.study import sweeps as studies
+    from dpstudy.study import sweeps
 
     config = yaml.safe_load(config_path.read_text())
     config["device"] = "cuda"
-    cells = studies.expand(studies.load(config))
+    cells = sweeps.expand(sweeps.load(config))
     return {cell.id: cell.gpus for cell in cells if cell.gpus > visible}
 
 

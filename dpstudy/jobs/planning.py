@@ -15,8 +15,7 @@ from dpstudy.data import user as user_data
 from dpstudy.ext import arch as ext_arch
 from dpstudy.jobs import usercheck
 from dpstudy.jobs.gpus import visible_gpu_count
-from dpstudy.study import outputs
-from dpstudy.study import sweeps as studies
+from dpstudy.study import outputs, sweeps
 from dpstudy.study.resources import requests_gpus
 from dpstudy.study.sweeps import Cell
 from dpstudy.util import allocator
@@ -43,9 +42,9 @@ def plan(
     """The plan of `config`, or ConfigError naming the key, value or sweep at fault. `user_check`:
     where the verdict of the user-code check is remembered (None: no check); `visible_gpus` and
     `capabilities`: this host's, asked of NVML unless given."""
-    study = studies.load(config, config_files)
+    study = sweeps.load(config, config_files)
     memory_allocator = allocator.resolve(study["allocator"])  # a library this host lacks: an error now
-    cells = studies.expand(study)
+    cells = sweeps.expand(study)
     datasets = user_data.in_study(study, cells)
     fingerprints = {name: user_data.fingerprint(dataset) for name, dataset in datasets.items()}
     if user_check is not None:

@@ -102,7 +102,7 @@ def workflow_imports() -> list[str]:
 
 def test_the_workflow_plans_without_torch_pandas_or_matplotlib():
     lines = workflow_imports()
-    assert "from dpstudy.study import outputs, predict, sweeps as studies" in lines
+    assert "from dpstudy.study import outputs, predict, sweeps" in lines
     assert any(line.startswith("from dpstudy.study.resources import (") and "rank_capacity" in line for line in lines)
     code = (
         "import sys\n"

@@ -22,7 +22,7 @@ from torch import nn
 from dpstudy.data import store as data
 from dpstudy.data import synthetic
 from dpstudy.data.registry import DATASETS, DatasetError
-from dpstudy.study import sweeps as studies
+from dpstudy.study import sweeps
 from dpstudy.study.datasets import check_overrides
 from dpstudy.util.errors import ConfigError
 
@@ -299,7 +299,7 @@ def test_bad_names_and_overrides_are_config_errors(tmp_path, name, overrides, ne
     with pytest.raises(ConfigError, match=needle):
         check_overrides(name, overrides)
     with pytest.raises(ConfigError, match=needle):  # also when the study loads, before any job
-        studies.load(
+        sweeps.load(
             {
                 "datasets": {name: overrides or {}},
                 "sweeps": [{"name": "s", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"]}}],

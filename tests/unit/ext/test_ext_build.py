@@ -20,7 +20,7 @@ from dpstudy.data import store as data
 from dpstudy.ext import arch
 from dpstudy.ext.arch import DEFAULT_CUDA_ARCH
 from dpstudy.record import fields as record
-from dpstudy.study import sweeps as studies
+from dpstudy.study import sweeps
 from dpstudy.study.schema import schema
 from dpstudy.util.errors import ConfigError
 
@@ -88,14 +88,14 @@ BAD_LISTS = [
 
 @pytest.mark.parametrize("value", GOOD_LISTS)
 def test_architecture_lists_pass_the_schema_and_split(value):
-    assert studies.load(with_arch(value))["ext"]["cuda_arch"] == value
+    assert sweeps.load(with_arch(value))["ext"]["cuda_arch"] == value
     assert arch.split(value) == [e for e in re.split("[;, ]+", value) if e]
 
 
 @pytest.mark.parametrize("value", BAD_LISTS)
 def test_anything_else_is_a_config_error_naming_key_and_value(value):
     with pytest.raises(ConfigError) as error:
-        studies.load(with_arch(value))
+        sweeps.load(with_arch(value))
     assert "ext.cuda_arch" in str(error.value) and repr(value) in str(error.value)
     with pytest.raises(ConfigError, match="ext.cuda_arch"):
         arch.split(value)
@@ -104,14 +104,14 @@ def test_anything_else_is_a_config_error_naming_key_and_value(value):
 def test_a_trailing_newline_is_refused_by_the_study_and_the_plan():
     # Python's re lets $ match before a final newline: arch.split matches the whole text instead.
     with pytest.raises(ConfigError, match=r"ext.cuda_arch: '8.0\\n' is not a CUDA architecture list"):
-        studies.load(with_arch("8.0\n"))
+        sweeps.load(with_arch("8.0\n"))
     with pytest.raises(ConfigError, match=r"ext.cuda_arch: '8.0\\n' is not a CUDA architecture list"):
         arch.build_args("8.0\n", True, [])
 
 
 def test_null_and_a_missing_key_mean_no_list():
-    assert studies.load(with_arch(None))["ext"]["cuda_arch"] is None
-    assert studies.load({"sweeps": CUDA_STUDY["sweeps"]})["ext"]["cuda_arch"] is None
+    assert sweeps.load(with_arch(None))["ext"]["cuda_arch"] is None
+    assert sweeps.load({"sweeps": CUDA_STUDY["sweeps"]})["ext"]["cuda_arch"] is None
 
 
 def test_the_default_list_is_documented_where_users_read():

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from dpstudy.jobs import usercheck
-from dpstudy.study import sweeps as studies
+from dpstudy.study import sweeps
 from dpstudy.util.errors import ConfigError
 
 NETS = """
@@ -64,8 +64,8 @@ def plan(models: dict[str, str], datasets: dict[str, str] | None = None):
             for sweep, model in models.items()
         ],
     }
-    study = studies.load(config)
-    return study, studies.expand(study)
+    study = sweeps.load(config)
+    return study, sweeps.expand(study)
 
 
 def test_every_bad_model_is_one_error_naming_sweep_model_dataset_and_cause(project):
@@ -128,6 +128,6 @@ def test_a_passed_check_is_remembered_until_something_it_read_changes(project, m
 def test_a_registry_study_starts_no_child(project, monkeypatch):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("a child for registry models"))
     config = {"sweeps": [{"name": "s", "dataset": "synthetic", "model": "lenet", "grid": {"mode": ["single"]}}]}
-    study = studies.load(config)
-    usercheck.check(study, studies.expand(study), str(project / "verdict.json"))
+    study = sweeps.load(config)
+    usercheck.check(study, sweeps.expand(study), str(project / "verdict.json"))
     assert not (project / "verdict.json").exists()

@@ -10,14 +10,14 @@ from helpers.records import CURRENT, NCCL_REASON, make_record, write_records
 
 from dpstudy.analysis import collect
 from dpstudy.report import sources
-from dpstudy.study import sweeps as studies
+from dpstudy.study import sweeps
 
 
 @pytest.mark.parametrize("name", sorted(sources.sources()))
 def test_every_comparison_picks_one_cell_of_its_study(name):
     config = yaml.safe_load((REPO / "config/studies" / f"{name}.yaml").read_text())
     cells = pd.DataFrame(
-        [{**c.spec, "cell": c.id} for c in studies.expand(studies.load(config)) if c.spec["repeat"] == 0]
+        [{**c.spec, "cell": c.id} for c in sweeps.expand(sweeps.load(config)) if c.spec["repeat"] == 0]
     )
     for comparison in sources.sources()[name]["comparisons"]:
         assert comparison["metric"] in sources.METRICS and comparison["finding"] in sources.FINDINGS

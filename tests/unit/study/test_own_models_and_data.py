@@ -8,7 +8,7 @@ import copy
 import pytest
 from PIL import Image
 
-from dpstudy.study import sweeps as studies
+from dpstudy.study import sweeps
 from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
 
@@ -44,8 +44,8 @@ def study(**changes):
 
 
 def cells(config, files=("studies/own.yaml",)):
-    loaded = studies.load(config, list(files))
-    return loaded, {c.id: c for c in studies.expand(loaded)}
+    loaded = sweeps.load(config, list(files))
+    return loaded, {c.id: c for c in sweeps.expand(loaded)}
 
 
 def test_ids_spell_library_models_factories_and_model_args(photos):

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from dpstudy.study import sweeps as studies
+from dpstudy.study import sweeps
 from dpstudy.study.resources import (
     comm_bench_gpus,
     comm_world_sizes,
@@ -38,7 +38,7 @@ STUDY = {
 
 
 def cells(config=STUDY):
-    return {c.id: c for c in studies.expand(studies.load(config))}
+    return {c.id: c for c in sweeps.expand(sweeps.load(config))}
 
 
 def test_single_and_dp_stay_on_one_node_and_only_multi_node_ids_say_nodes():
@@ -372,7 +372,7 @@ def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
         ["single", "dp", "ddp", "fsdp"], [1, 2], [1, 2], ["none", "gloo", "nccl"], ["none", "full", "grad_op"]
     ):
         combo = {"mode": mode, "gpus": gpus, "nodes": nodes, "backend": backend, "batch": 64, "shard": shard}
-        normalised = studies.normalise(combo)
+        normalised = sweeps.normalise(combo)
         # single and dp take backend none; only fsdp shards, full unless it says grad_op
         as_run = {**combo, "backend": specs.backend_of(mode, backend), "shard": specs.shard_of(mode, shard)}
         assert (normalised is not None) == accepted(as_run), combo
@@ -394,7 +394,7 @@ def test_a_predict_block_is_every_combination_of_its_lists():
         **copy.deepcopy(STUDY),
         "predict": [{"gpus": [4, 8], "batch": [256, 512], "backend": ["gloo"], "model": ["lenet"]}],
     }
-    asked = predict.requests(studies.load(config))
+    asked = predict.requests(sweeps.load(config))
     assert len(asked) == 4 and {(r["gpus"], r["batch"]) for r in asked} == {(4, 256), (4, 512), (8, 256), (8, 512)}
     assert all(
         r["mode"] == "ddp" and r["nodes"] == 1 and r["model"] == ["lenet"] and r["dataset"] is None for r in asked
@@ -403,7 +403,7 @@ def test_a_predict_block_is_every_combination_of_its_lists():
     # FSDP in both shardings beside DDP, which is asked once whatever the shards
     config["predict"] = [{"gpus": [4], "batch": [256], "backend": ["gloo"], "mode": ["ddp", "fsdp"]}]
     config["predict"][0]["shard"] = ["full", "grad_op"]
-    asked = predict.requests(studies.load(config))
+    asked = predict.requests(sweeps.load(config))
     assert [(r["mode"], r["shard"]) for r in asked] == [("ddp", "none"), ("fsdp", "full"), ("fsdp", "grad_op")]
 
 
