@@ -1,4 +1,4 @@
-"""Run one cell in this process (one rank of it): plan the mode, pin the cores, join the process
+"""Run one cell in this process (one rank of it): pick the mode, pin the cores, join the process
 group, load the data, build the model, train, probe, measure memory, and write the record.
 Every fault becomes a record (dpstudy.engine.outcome)."""
 
@@ -17,7 +17,7 @@ from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.cores import pin_gpu_rank, pin_to_cores, threads_per_process
 from dpstudy.engine.heartbeat import Heartbeat
 from dpstudy.engine.loaders import make_loader
-from dpstudy.engine.modes import Mode, Skip, plan, resolve_device
+from dpstudy.engine.modes import Mode, Skip, mode_for, resolve_device
 from dpstudy.engine.monitor import UtilSampler
 from dpstudy.engine.outcome import Outcome
 from dpstudy.engine.train import Trainer, no_fault
@@ -57,7 +57,7 @@ def injected_fault(rank: int, cell: str):
     return maybe_fail
 
 
-def load_datasets(spec: dict, par: Mode):
+def load_datasets(spec: dict, mode: Mode):
     root, name = spec["data_root"], spec["dataset"]
     if not data.is_ready(name, root):
         if name not in data.DATASETS or not data.DATASETS[name].generated:  # downloaded, or the user's
@@ -65,21 +65,21 @@ def load_datasets(spec: dict, par: Mode):
                 f"dataset {name!r} is not prepared under {root}: run `snakemake prepare_data` "
                 f"or `python scripts/prepare_data.py {name} --root {root}` first"
             )
-        if par.is_main:
+        if mode.is_main:
             data.prepare(name, root)
-        if par.world_size > 1:
+        if mode.world_size > 1:
             wait_until(lambda: data.is_ready(name, root), f"dataset {name} prepared by rank 0")
     meta = data.load_meta(name, root)
     common = dict(
-        shard=par.shard,
+        shard=mode.shard,
         seed=effective_seed(spec),
         augment=spec["augment"],
         mean=meta["mean"],
         std=meta["std"],
-        device=par.device,
+        device=mode.device,
         channels_last=spec["channels_last"],
     )
-    batch = specs.per_device_batch(spec) if par.distributed else specs.global_batch(spec)
+    batch = specs.per_device_batch(spec) if mode.distributed else specs.global_batch(spec)
     loaders = [
         make_loader(
             spec["loader"],
@@ -145,53 +145,53 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         outcome.clear_previous()
     try:
-        par = plan(spec)
+        mode = mode_for(spec)
     except Skip as skip:
         return skipped(outcome, spec, skip, cores)
-    on_cpu = par.device.type == "cpu"
-    threads = threads_per_process(cores, par.local_world_size)
+    on_cpu = mode.device.type == "cpu"
+    threads = threads_per_process(cores, mode.local_world_size)
     # before torch starts its threads; a GPU rank in its GPU's share of the host (dpstudy.engine.cores)
-    pinned = pin_to_cores(par.local_rank, threads) if on_cpu else pin_gpu_rank(par.local_rank, threads)
+    pinned = pin_to_cores(mode.local_rank, threads) if on_cpu else pin_gpu_rank(mode.local_rank, threads)
     torch.set_num_threads(threads)
-    outcome.env = with_user_code(environment(par.world_size, par.device.type, threads, spec["nodes"]), spec)
+    outcome.env = with_user_code(environment(mode.world_size, mode.device.type, threads, spec["nodes"]), spec)
     sampler = None
     try:
-        par.start()  # every rank is here, so rank 0 cleared the old heartbeats (clear_previous)
-        heartbeat = Heartbeat(out_dir, par.rank)
-        outcome.env["ranks"] = par.all_gather_objects({**rank_host(par.rank, par.local_rank), "cores": pinned})
-        if par.world_size > 1:
-            outcome.watch(par.rank)
+        mode.start()  # every rank is here, so rank 0 cleared the old heartbeats (clear_previous)
+        heartbeat = Heartbeat(out_dir, mode.rank)
+        outcome.env["ranks"] = mode.all_gather_objects({**rank_host(mode.rank, mode.local_rank), "cores": pinned})
+        if mode.world_size > 1:
+            outcome.watch(mode.rank)
         torch.manual_seed(effective_seed(spec))
-        meta, (train_data, test_data) = load_datasets(spec, par)
+        meta, (train_data, test_data) = load_datasets(spec, mode)
         outcome.classes = len(meta["classes"])
         outcome.test_samples = meta.get("splits", {}).get("test", {}).get("n", 0)
-        build = model_builder(spec, meta, par.device)
+        build = model_builder(spec, meta, mode.device)
         model = build()
         if models.needs_ext(spec["model"]):
-            check_kernels(par.devices())  # refuse a build without kernels for these GPUs, with the reason
+            check_kernels(mode.devices())  # refuse a build without kernels for these GPUs, with the reason
         trainer = Trainer(
             spec,
-            par,
+            mode,
             train_data,
             test_data,
             model,
-            log=lambda line: par.is_main and print(line, flush=True),
+            log=lambda line: mode.is_main and print(line, flush=True),
             build_replica=build,
-            fault=injected_fault(par.rank, cell),
+            fault=injected_fault(mode.rank, cell),
             heartbeat=heartbeat,
         )
-        sampler = UtilSampler(par.devices() if par.local_rank == 0 else []).start()
+        sampler = UtilSampler(mode.devices() if mode.local_rank == 0 else []).start()
         outcome.startup_s = time.time() - t0
         outcome.stopped_early = trainer.run(outcome.epochs.append)
         outcome.util = sampler.stop()
         outcome.probe = probe.measure(trainer)
         with compiling_eager(trainer.compiled):  # the split the memory plan predicts: eager's
             outcome.memory = memory.measure(trainer)
-        if par.is_main:
+        if mode.is_main:
             outcome.write("ok")
-        par.close()
+        mode.close()
         return 0
     except Exception as error:  # every fault becomes a record; see dpstudy.engine.outcome
         if sampler is not None:
             outcome.util = sampler.stop()
-        return outcome.fault(error, par.rank, par.world_size)
+        return outcome.fault(error, mode.rank, mode.world_size)

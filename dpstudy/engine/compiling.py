@@ -18,7 +18,7 @@ import torch
 
 
 @contextlib.contextmanager
-def timed_compile(enabled: bool, par):
+def timed_compile(enabled: bool, mode):
     """`.seconds`: the wall time of the enclosed call when it compiled a graph (0 otherwise).
     torch.compile compiles lazily, at the first call with inputs no compiled graph's guards
     accept (the first step; a smaller last batch; eval mode), so the steps that compiled are
@@ -31,7 +31,7 @@ def timed_compile(enabled: bool, par):
     start = time.perf_counter()
     yield timing
     if compiled_graphs() != graphs:
-        par.synchronize()
+        mode.synchronize()
         timing.seconds = time.perf_counter() - start
 
 

@@ -135,10 +135,10 @@ def measure(trainer) -> dict[str, list[float]]:
     {"params_mb": [...], "grads_mb": [...], "optimizer_mb": [...], "activations_mb": [...],
     "peak_mb": [...]}, one value per device (DP: each of its GPUs); on CUDA also the
     ALLOCATOR_PARTS of the same step, on a CPU its HOST_PARTS."""
-    par = trainer.par
+    mode = trainer.mode
     x, y = next(iter(trainer.train_data))
     trainer.model.train()
-    cuda = par.devices()
+    cuda = mode.devices()
     loaders = (trainer.train_data, trainer.test_data)
 
     def step():
@@ -154,7 +154,7 @@ def measure(trainer) -> dict[str, list[float]]:
     # every rank of a cell drives CUDA or none does: the gathered lists line up
     keys = [*PARTS, "peak", *(part.removesuffix("_mb") for part in (ALLOCATOR_PARTS if cuda else HOST_PARTS))]
     values = [v for part, view in zip(mine, views, strict=True) for v in _row(part, view)]
-    gathered = [None if math.isnan(v) else v for v in par.all_gather_floats(values)]  # None: JSON's null
+    gathered = [None if math.isnan(v) else v for v in mode.all_gather_floats(values)]  # None: JSON's null
     return {f"{k}_mb": gathered[i :: len(keys)] for i, k in enumerate(keys)}
 
 

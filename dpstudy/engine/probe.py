@@ -34,14 +34,14 @@ def measure(trainer, steps: int = STEPS) -> dict | None:
     the steps it times are training's, whose graphs exist, so a count above 0 is a path of its own,
     e.g. DDP's no_sync)."""
     graphs = compiling.compiled_graphs()
-    found = trainer.par.probe(trainer, steps)
+    found = trainer.mode.probe(trainer, steps)
     if found is None:
         return None
     if trainer.compiled:
         found["graphs_compiled"] = compiling.compiled_graphs() - graphs
     unknown = sorted(set(found) - set(PROBE_FIELDS))
     if unknown:  # a mode's probe may time only what the record defines (dpstudy.record.fields)
-        raise ValueError(f"mode {trainer.par.name}'s probe returned fields the record does not define: {unknown}")
+        raise ValueError(f"mode {trainer.mode.name}'s probe returned fields the record does not define: {unknown}")
     return found
 
 
@@ -53,25 +53,25 @@ def batches(trainer, count: int) -> list:
 def affordable_steps(trainer, warm_up_s: float, steps: int) -> int:
     """`steps`, or fewer when the slowest rank's warm-up step says they would pass PROBE_S (the
     same number on every rank: each step is collective)."""
-    slowest = max(trainer.par.all_gather_floats([warm_up_s]))
+    slowest = max(trainer.mode.all_gather_floats([warm_up_s]))
     return max(MIN_STEPS, min(steps, math.ceil(PROBE_S / slowest))) if slowest > 0 else steps
 
 
 def timed_once(trainer, work) -> float:
-    trainer.par.synchronize()
+    trainer.mode.synchronize()
     start = time.perf_counter()
     work()
-    trainer.par.synchronize()
+    trainer.mode.synchronize()
     return time.perf_counter() - start
 
 
 def per_step(trainer, work, steps: int) -> float:
     """Seconds per call of work() over `steps` calls, after a device synchronize."""
-    trainer.par.synchronize()
+    trainer.mode.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         work()
-    trainer.par.synchronize()
+    trainer.mode.synchronize()
     return (time.perf_counter() - start) / steps
 
 
@@ -84,7 +84,7 @@ def interleaved(trainer, with_comm, without_comm, steps: int) -> dict:
     times = []
     for _ in range(ROUNDS):
         times += [per_step(trainer, with_comm, each), per_step(trainer, without_comm, each)]
-    every = trainer.par.all_gather_floats(times)  # rank by rank
+    every = trainer.mode.all_gather_floats(times)  # rank by rank
     worst = [max(every[i :: len(times)]) for i in range(len(times))]
     synced, unsynced = worst[0::2], worst[1::2]
     exposed = [a - b for a, b in zip(synced, unsynced, strict=True)]
@@ -100,9 +100,9 @@ def interleaved(trainer, with_comm, without_comm, steps: int) -> dict:
 
 def timed(trainer, totals: dict, key: str, work):
     """work()'s result; its seconds (between device synchronizes) added to totals[key]."""
-    trainer.par.synchronize()
+    trainer.mode.synchronize()
     start = time.perf_counter()
     result = work()
-    trainer.par.synchronize()
+    trainer.mode.synchronize()
     totals[key] += time.perf_counter() - start
     return result

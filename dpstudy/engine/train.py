@@ -59,7 +59,7 @@ class Trainer:
     def __init__(
         self,
         spec: dict,
-        par: Mode,
+        mode: Mode,
         train_data,
         test_data,
         model: nn.Module,
@@ -71,11 +71,11 @@ class Trainer:
         """`build_replica` makes another model like `model` on its device (the FSDP probe times an
         unsharded one); `fault(epoch, step)` is called before each step (tests inject failures);
         `heartbeat` (dpstudy.engine.heartbeat) hears of every phase of every step."""
-        self.spec, self.par, self.log = spec, par, log
+        self.spec, self.mode, self.log = spec, mode, log
         self.train_data, self.test_data = train_data, test_data
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])
         self.compiled = bool(spec.get("compile", False))
-        self.model = par.prepare(model, self.amp_dtype, self.compiled)
+        self.model = mode.prepare(model, self.amp_dtype, self.compiled)
         self.build_replica = build_replica
         params = self.model.parameters()
         lr = specs.scaled_lr(spec)
@@ -84,16 +84,16 @@ class Trainer:
             if spec["optimizer"] == "sgd"
             else torch.optim.Adam(params, lr=lr, weight_decay=spec["weight_decay"])
         )
-        self.scaler = torch.amp.GradScaler(par.device.type, enabled=spec["precision"] == "fp16")
+        self.scaler = torch.amp.GradScaler(mode.device.type, enabled=spec["precision"] == "fp16")
         self.fault = fault
         self.heartbeat = heartbeat or NoHeartbeat()
         self.window = SteadyWindow(spec["warmup_steps"])
         self.host = HostLoad()
-        self.gauge = InCell(par.device)
+        self.gauge = InCell(mode.device)
         self.sample: torch.Tensor | None = None  # one training input, for evaluate's extra forwards
 
     def autocast(self):
-        return self.par.autocast(self.amp_dtype)
+        return self.mode.autocast(self.amp_dtype)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -110,10 +110,10 @@ class Trainer:
     def train_epoch(self, epoch: int) -> dict:
         self.model.train()
         self.train_data.set_epoch(epoch)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.par.device)
-        correct = torch.zeros((), dtype=torch.int64, device=self.par.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.mode.device)
+        correct = torch.zeros((), dtype=torch.int64, device=self.mode.device)
         data_wait, steps, samples, compile_s = 0.0, 0, 0, 0.0
-        self.par.synchronize()
+        self.mode.synchronize()
         load_start = self.host.mark()
         start = time.perf_counter()
         self.window.open_epoch(start)
@@ -132,22 +132,22 @@ class Trainer:
                 self.sample = x[:1]
             self.heartbeat.beat(FORWARD)
             self.fault(epoch, steps)
-            with timed_compile(self.compiled, self.par) as compiling:
+            with timed_compile(self.compiled, self.mode) as compiling:
                 batch_loss, batch_correct = self.step(x, y)
             compile_s += compiling.seconds
             loss_sum += batch_loss  # device-side sums: no host sync inside the epoch
             correct += batch_correct
             samples += len(y)
-            self.window.after_step(samples, len(y), compiling.seconds, self.par.synchronize)
-        self.par.synchronize()
+            self.window.after_step(samples, len(y), compiling.seconds, self.mode.synchronize)
+        self.mode.synchronize()
         end = time.perf_counter()
         machine, own = HostLoad.cores(load_start, self.host.mark())
         wall = end - start
-        counts = [float(samples), float(self.window.samples(samples)), machine / self.par.local_world_size, own]
+        counts = [float(samples), float(self.window.samples(samples)), machine / self.mode.local_world_size, own]
         # summed over ranks: per node, then ours
         totals = torch.tensor([0.0, 0.0, *counts], dtype=torch.float64, device=loss_sum.device)
         totals[0], totals[1] = loss_sum, correct.double()
-        loss_sum, correct, samples, steady_samples, machine, own = self.par.all_reduce_sum(self.comm(totals)).tolist()
+        loss_sum, correct, samples, steady_samples, machine, own = self.mode.all_reduce_sum(self.comm(totals)).tolist()
         compiled = {"compile_s": compile_s} if self.compiled else {}
         return {
             **compiled,
@@ -173,16 +173,16 @@ class Trainer:
             return self.evaluate_once()
 
     def evaluate_once(self) -> dict:
-        model = self.par.eval_model(self.model)
-        self.par.sync_buffers(model)
+        model = self.mode.eval_model(self.model)
+        self.mode.sync_buffers(model)
         model.eval()
-        totals = torch.zeros(3, dtype=torch.float64, device=self.par.device)
-        self.par.synchronize()
+        totals = torch.zeros(3, dtype=torch.float64, device=self.mode.device)
+        self.mode.synchronize()
         start = time.perf_counter()
-        missing = self.par.missing_forwards(len(self.test_data))
+        missing = self.mode.missing_forwards(len(self.test_data))
         compile_s = 0.0
         for x, y in self.test_data:
-            with timed_compile(self.compiled, self.par) as compiling, compiler_errors(self.compiled), self.autocast():
+            with timed_compile(self.compiled, self.mode) as compiling, compiler_errors(self.compiled), self.autocast():
                 logits = model(x)  # eagerly (see evaluate): no graph compiles here, eval_compile_s stays 0
             compile_s += compiling.seconds
             loss = F.cross_entropy(logits.float(), y, reduction="sum")
@@ -195,9 +195,9 @@ class Trainer:
             )
         for _ in range(missing):  # eval mode, outputs discarded: every test image counts once
             model(self.sample)
-        self.par.synchronize()
+        self.mode.synchronize()
         seconds = time.perf_counter() - start
-        loss_sum, correct, samples = self.par.all_reduce_sum(self.comm(totals)).tolist()
+        loss_sum, correct, samples = self.mode.all_reduce_sum(self.comm(totals)).tolist()
         compiled = {"eval_compile_s": compile_s} if self.compiled else {}
         return {"test_loss": loss_sum / samples, "test_acc": correct / samples, "eval_s": seconds, **compiled}
 
@@ -206,24 +206,24 @@ class Trainer:
         timed steps and its peaks: every rank's gauge at once, their mean. The cells' noise can then
         be set against the machine's at the same moments, not only against the floor's own job."""
         rates = self.gauge.rates()  # the same parts on every rank: one kind of device per cell
-        values = torch.tensor(list(rates.values()), dtype=torch.float64, device=self.par.device)
-        total = self.par.all_reduce_sum(self.comm(values)).tolist()
-        return {name: value / self.par.world_size for name, value in zip(rates, total, strict=True)}
+        values = torch.tensor(list(rates.values()), dtype=torch.float64, device=self.mode.device)
+        total = self.mode.all_reduce_sum(self.comm(values)).tolist()
+        return {name: value / self.mode.world_size for name, value in zip(rates, total, strict=True)}
 
     def comm(self, t: torch.Tensor) -> torch.Tensor:
-        return t.to(self.par.comm_device())
+        return t.to(self.mode.comm_device())
 
     def run(self, on_epoch) -> str | None:
         """Train every epoch, or up to the first with a loss that is not finite (stop_on_divergence:
         the train loss is all-reduced, so every rank stops at the same epoch); returns why it
         stopped early, else None."""
-        devices, epochs = self.par.devices(), self.spec["epochs"]
+        devices, epochs = self.mode.devices(), self.spec["epochs"]
         for epoch in range(1, epochs + 1):
             reset_peaks(devices)
             result = {"epoch": epoch, **self.train_epoch(epoch), **self.evaluate()}
-            result["peak_mem_mb"] = self.par.all_gather_floats(peak_memory_mb(devices))
+            result["peak_mem_mb"] = self.mode.all_gather_floats(peak_memory_mb(devices))
             if devices:
-                result["peak_reserved_mb"] = self.par.all_gather_floats(peak_reserved_mb(devices))
+                result["peak_reserved_mb"] = self.mode.all_gather_floats(peak_reserved_mb(devices))
             result.update(self.machine_rates())
             on_epoch(result)
             self.log(progress_line(result, epochs))

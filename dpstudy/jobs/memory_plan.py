@@ -165,7 +165,7 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
     world = specs.devices(spec)
     sharded = spec["mode"] == "fsdp"
     # ddp and dp: the plain model at the per-device batch (see the docstring)
-    par = MODES["fsdp" if sharded else "single"](
+    mode = MODES["fsdp" if sharded else "single"](
         torch.device("cpu"),
         world if sharded else 1,
         sharding=specs.shard_of(spec["mode"], spec.get("shard", "none")),
@@ -173,7 +173,7 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
     )
     with fake_process_group(world if sharded else 1):
         if sharded:
-            par.device_mesh()  # outside FakeTensorMode, which cannot make one
+            mode.device_mesh()  # outside FakeTensorMode, which cannot make one
         # built on the meta device, where initialisers do nothing: some (trunc_normal_'s rejection
         # sampling) read values back, which fake tensors cannot; the step needs shapes only
         with torch.device("meta"):
@@ -184,7 +184,7 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
             if spec["channels_last"]:
                 model = model.to(memory_format=torch.channels_last)
             # a spec without compile: eager; compiled graphs keep at most what eager keeps
-            trainer = Trainer({**spec, "compile": False}, par, None, None, model, log=lambda _: None)
+            trainer = Trainer({**spec, "compile": False}, mode, None, None, model, log=lambda _: None)
             # fp16's GradScaler reads its found-inf flag, which fake tensors do not have: its
             # in-place unscale allocates nothing the split would show
             trainer.scaler = torch.amp.GradScaler("cpu", enabled=False)

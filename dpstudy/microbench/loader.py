@@ -22,7 +22,7 @@ import torch
 from dpstudy import models
 from dpstudy.data import store as data
 from dpstudy.engine.cell import load_datasets
-from dpstudy.engine.modes import plan
+from dpstudy.engine.modes import mode_for
 from dpstudy.engine.train import Trainer
 from dpstudy.study.spec import complete
 
@@ -52,11 +52,11 @@ def _spec(root: str, device: str, **settings) -> dict:
 def steady_epoch(settings: dict, root: str, device: str) -> dict:
     """Train epochs 1 and 2 of the cell with `settings`; epoch 2's figures."""
     spec = _spec(root, device, epochs=2, **settings)
-    par = plan(spec, env={})
+    mode = mode_for(spec, env={})
     torch.manual_seed(0)
-    meta, (train_data, test_data) = load_datasets(spec, par)
-    model = models.build("lenet", meta["shape"][0], meta["shape"][1]).to(par.device)
-    trainer = Trainer(spec, par, train_data, test_data, model, log=lambda line: None)
+    meta, (train_data, test_data) = load_datasets(spec, mode)
+    model = models.build("lenet", meta["shape"][0], meta["shape"][1]).to(mode.device)
+    trainer = Trainer(spec, mode, train_data, test_data, model, log=lambda line: None)
     epochs = [trainer.train_epoch(epoch) for epoch in (1, 2)]
     return epochs[-1]
 
@@ -64,19 +64,19 @@ def steady_epoch(settings: dict, root: str, device: str) -> dict:
 def bound_epoch(root: str, device: str) -> dict:
     """The training step alone over batches made before the clock starts."""
     spec = _spec(root, device)
-    par = plan(spec, env={})
+    mode = mode_for(spec, env={})
     torch.manual_seed(0)
-    meta, (train_data, test_data) = load_datasets(spec, par)
+    meta, (train_data, test_data) = load_datasets(spec, mode)
     batches = list(train_data)  # normalised, no augmentation
-    model = models.build("lenet", meta["shape"][0], meta["shape"][1]).to(par.device)
-    trainer = Trainer(spec, par, train_data, test_data, model, log=lambda line: None)
+    model = models.build("lenet", meta["shape"][0], meta["shape"][1]).to(mode.device)
+    trainer = Trainer(spec, mode, train_data, test_data, model, log=lambda line: None)
     for x, y in batches:  # warm-up epoch
         trainer.step(x, y)
-    par.synchronize()
+    mode.synchronize()
     start = time.perf_counter()
     for x, y in batches:
         trainer.step(x, y)
-    par.synchronize()
+    mode.synchronize()
     wall = time.perf_counter() - start
     samples = sum(len(y) for _, y in batches)
     return {"wall_s": wall, "data_wait_s": 0.0, "compute_s": wall, "samples": samples, "samples_per_s": samples / wall}

@@ -64,7 +64,7 @@ def measure(
             "seed": seed,
         }
     )
-    par = MODES["single"](device)
+    mode = MODES["single"](device)
     loader = make_loader(
         "device",
         x,
@@ -83,7 +83,7 @@ def measure(
     net = models.build(model, 3, size).to(device)
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
-    trainer = Trainer(spec, par, loader, None, net, log=lambda line: None)
+    trainer = Trainer(spec, mode, loader, None, net, log=lambda line: None)
     warmup = trainer.train_epoch(1)
     steady: list[dict] = []
     while not steady or (sum(e["wall_s"] for e in steady) < min_steady_s and len(steady) < max_steady_epochs):

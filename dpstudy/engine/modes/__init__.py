@@ -1,4 +1,4 @@
-"""The modes a cell trains in, one class each (see base.Mode), and `plan`, which picks the class
+"""The modes a cell trains in, one class each (see base.Mode), and `mode_for`, which picks the class
 and decides, before any process group exists, whether this hardware can run the cell at all: a
 cell it cannot run is skipped with the reason rather than faked."""
 
@@ -22,7 +22,7 @@ MODES: dict[str, type[Mode]] = {
 assert set(MODES) == {*ONE_PROCESS_MODES, *PROCESS_PER_DEVICE_MODES}
 assert all(MODES[m].distributed == (m in PROCESS_PER_DEVICE_MODES) for m in MODES)
 
-__all__ = ["MODES", "Mode", "Skip", "plan", "resolve_device"]
+__all__ = ["MODES", "Mode", "Skip", "mode_for", "resolve_device"]
 
 
 class Skip(Exception):
@@ -36,7 +36,7 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def plan(spec: dict, env: dict[str, str] | None = None) -> Mode:
+def mode_for(spec: dict, env: dict[str, str] | None = None) -> Mode:
     """The mode of this process, or Skip with the reason the hardware cannot run the cell."""
     env = os.environ if env is None else env
     cls, gpus, backend = MODES[spec["mode"]], spec["gpus"], spec["backend"]

@@ -63,15 +63,15 @@ def test_the_ddp_mode_hands_the_studys_knobs_to_ddp_and_leaves_the_rest_at_its_d
     spec = specs.complete({"dataset": "synthetic", "model": "lenet", "mode": "ddp", "gpus": 1, "backend": "gloo"})
     env = {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_WORLD_SIZE": "1"}
     knobs = {"bucket_cap_mb": 0.01, "gradient_as_bucket_view": True, "broadcast_buffers": False, "static_graph": True}
-    mode = modes.plan({**spec, **knobs}, env)
-    assert mode.options == knobs and modes.plan(spec, env).options == {}
+    mode = modes.mode_for({**spec, **knobs}, env)
+    assert mode.options == knobs and modes.mode_for(spec, env).options == {}
     build = lambda: models.build("lenet", 1, 28, 10)  # noqa: E731
     ddp = mode.wrap(build(), None)
     assert ddp.bucket_bytes_cap == int(0.01 * layout.MIB) and ddp.gradient_as_bucket_view and ddp.static_graph
     assert not ddp.broadcast_buffers
-    plain = modes.plan(spec, env).wrap(build(), None)
+    plain = modes.mode_for(spec, env).wrap(build(), None)
     assert plain.bucket_bytes_cap == 25 * layout.MIB and not plain.gradient_as_bucket_view and plain.broadcast_buffers
-    small = modes.plan({**spec, "bucket_cap_mb": 0.01}, env).wrap(build(), None)
+    small = modes.mode_for({**spec, "bucket_cap_mb": 0.01}, env).wrap(build(), None)
     for _ in range(3):
         small(torch.randn(4, 1, 28, 28)).sum().backward()
     rebuilt = [int(n) for n in small._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(", ")]

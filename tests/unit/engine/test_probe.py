@@ -9,7 +9,7 @@ from dpstudy.engine import probe
 
 
 def trainer_whose_ranks_warmed_up_in(*seconds):
-    return SimpleNamespace(par=SimpleNamespace(all_gather_floats=lambda mine: list(seconds)))
+    return SimpleNamespace(mode=SimpleNamespace(all_gather_floats=lambda mine: list(seconds)))
 
 
 @pytest.mark.parametrize(
@@ -42,8 +42,8 @@ def test_the_two_steps_take_turns_and_the_exposed_time_is_the_median_round_of_th
 
     monkeypatch.setattr(probe, "per_step", per_step)
     rank1_flat = [t for pair in rank1 for t in pair]
-    par = SimpleNamespace(all_gather_floats=lambda mine: list(mine) + rank1_flat)
-    turns = probe.interleaved(SimpleNamespace(par=par), "with", "without", steps=8)
+    mode = SimpleNamespace(all_gather_floats=lambda mine: list(mine) + rank1_flat)
+    turns = probe.interleaved(SimpleNamespace(mode=mode), "with", "without", steps=8)
     assert calls == [("with", 2), ("without", 2)] * probe.ROUNDS  # 8 steps: 2 a round, in turns
     # the slowest rank per round: with 0.012, 0.020, 0.013, 0.018; without 0.010 x 3, 0.015
     assert turns["sync_step_s"] == pytest.approx(0.0155)  # median of 0.012, 0.013, 0.018, 0.020

@@ -259,18 +259,18 @@ def launch_env(nproc: int | None) -> dict[str, str]:
 
 @pytest.mark.skipif(torch_sees_gpus(), reason="on a GPU host dp and nccl cells run")
 @pytest.mark.parametrize("settings, nproc, reason", UNRUNNABLE)
-def test_the_engine_plans_to_skip_what_the_hardware_cannot_run(data_root, settings, nproc, reason):
-    from dpstudy.engine.modes import Skip, plan
+def test_the_engine_skips_what_the_hardware_cannot_run(data_root, settings, nproc, reason):
+    from dpstudy.engine.modes import Skip, mode_for
     from dpstudy.study.spec import complete
 
     with pytest.raises(Skip) as skip:
-        plan(complete(spec_for(data_root, **settings)), env=launch_env(nproc))
+        mode_for(complete(spec_for(data_root, **settings)), env=launch_env(nproc))
     assert reason in str(skip.value)
 
 
 @pytest.mark.parametrize("settings, nproc, reason", [UNRUNNABLE[0], UNRUNNABLE[4]], ids=["python", "torchrun"])
 def test_a_cell_the_hardware_cannot_run_is_a_skipped_record(data_root, tmp_path, settings, nproc, reason):
-    # The engine's plan decides (above); launched as a job launches it, the cell ends as a record.
+    # The engine decides (above); launched as a job launches it, the cell ends as a record.
     proc = train(spec_for(data_root, **settings), tmp_path, nproc=nproc)
     assert proc.returncode == 0, proc.stderr
     rec = record.read(tmp_path / "record.json")
