@@ -68,9 +68,9 @@ class Trainer:
         fault=no_fault,
         heartbeat=None,
     ):
-        """`build_replica` makes another model like `model` on its device (the FSDP probe times an
-        unsharded one); `fault(epoch, step)` is called before each step (tests inject failures);
-        `heartbeat` (dpstudy.engine.heartbeat) hears of every phase of every step."""
+        """`build_replica` makes another model like `model` on its device (dpstudy.engine.probe's
+        FSDP probe times an unsharded one); `fault(epoch, step)` is called before each step (tests
+        inject failures); `heartbeat` (dpstudy.engine.heartbeat) hears of every phase of every step."""
         self.spec, self.mode, self.log = spec, mode, log
         self.train_data, self.test_data = train_data, test_data
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])

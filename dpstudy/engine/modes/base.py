@@ -1,10 +1,11 @@
 """What every mode shares, as mode `single` runs it: one process, one device, no collective.
 
-A mode owns what differs between single, DP, DDP and FSDP, so that the Trainer, the probe and the
-compile code hold no check of a mode's name: where the model lives (`wrap`), whether torch.compile
-goes before or after wrapping (`prepare`), the autocast policy, the module evaluation runs on, the
-collectives that keep ranks in step, and the probe that times them after training. A new mode is a
-subclass and an entry in dpstudy.engine.modes.MODES.
+A mode wraps the model and owns its collectives: what differs between single, DP, DDP and FSDP,
+so that the Trainer and the compile code hold no check of a mode's name: where the model lives
+(`wrap`), whether torch.compile goes before or after wrapping (`prepare`), the autocast policy, the
+module evaluation runs on, and the collectives that keep ranks in step. A mode knows nothing of
+the Trainer; the probe that times its collectives after training is dpstudy.engine.probe's,
+chosen by the mode's name. A new mode is a subclass and an entry in dpstudy.engine.modes.MODES.
 """
 
 from __future__ import annotations
@@ -84,11 +85,6 @@ class Mode:
         """Extra forward passes this rank must make after its `batches` test batches so that every
         rank makes as many (FSDP's forwards are collectives)."""
         return 0
-
-    def probe(self, trainer, steps: int) -> dict | None:
-        """After training: the parts of a step the scaling model needs (dpstudy.engine.probe), or
-        None where the mode has no collective to time."""
-        return None
 
     # -- process group and collectives: nothing to agree on in one process ------------------
 

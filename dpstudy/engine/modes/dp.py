@@ -7,7 +7,6 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from dpstudy.engine import probe
 from dpstudy.engine.compiling import COMPILE_OPTIONS, CompileFailed
 from dpstudy.engine.modes.base import Mode
 
@@ -35,19 +34,3 @@ class DataParallel(Mode):
 
     def wrap(self, model: nn.Module, amp_dtype: torch.dtype | None) -> nn.Module:
         return nn.DataParallel(model, device_ids=self.devices())
-
-    def probe(self, trainer, steps: int) -> dict | None:
-        """Per step: scattering the batch, replicating the model, gathering the outputs."""
-        if len(self.devices()) < 2:
-            return None
-        model: nn.DataParallel = trainer.model
-        module, ids = model.module, model.device_ids
-        parts = {"scatter_s": 0.0, "replicate_s": 0.0, "gather_s": 0.0}
-        with torch.no_grad():
-            for x, _ in probe.batches(trainer, steps):
-                x = x.to(f"cuda:{ids[0]}")
-                inputs = probe.timed(trainer, parts, "scatter_s", lambda x=x: nn.parallel.scatter(x, ids))
-                replicas = probe.timed(trainer, parts, "replicate_s", lambda: nn.parallel.replicate(module, ids))
-                outputs = nn.parallel.parallel_apply(replicas[: len(inputs)], [(i,) for i in inputs])
-                probe.timed(trainer, parts, "gather_s", lambda outputs=outputs: nn.parallel.gather(outputs, ids[0]))
-        return {"steps": steps, **{k: v / steps for k, v in parts.items()}}

@@ -7,16 +7,12 @@ instead of autocast; BatchNorm then stays in fp32 as a unit of its own."""
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
 from typing import ClassVar
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
-from dpstudy.engine import probe
 from dpstudy.engine.compiling import COMPILE_OPTIONS
 from dpstudy.engine.modes.distributed import ProcessGroupMode
 
@@ -106,85 +102,3 @@ class FullyShardedDataParallel(ProcessGroupMode):
         most = torch.tensor([batches], dtype=torch.int64, device=self.comm_device())
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         return int(most) - batches
-
-    def probe(self, trainer, steps: int) -> dict | None:
-        """A step's forward and backward as FSDP runs it and the same step on an unsharded replica
-        of the model (no collective at all: its compute), taking turns (probe.interleaved), and its
-        collectives alone: one all-gather of every unit's parameters, and the reduce-scatter of
-        every unit's gradients."""
-        if self.world_size < 2:
-            return None
-        from torch.distributed.fsdp import FSDPModule
-
-        model = trainer.model
-        model.train()
-        data = itertools.cycle(probe.batches(trainer, steps))
-        # The compute of the same step without FSDP: a replica of the architecture built as the
-        # cell's model was (weights do not change its time), cast as FSDP's policy casts (autocast
-        # stands in for the bf16/fp16 copies). No forward of the measured model is needed for it.
-        replica = trainer.build_replica()
-        amp = trainer.amp_dtype
-
-        def step(net: nn.Module, cast):
-            def work():
-                x, y = next(data)
-                with cast():
-                    loss = F.cross_entropy(net(x).float(), y)
-                loss.backward()
-                net.zero_grad(set_to_none=True)
-
-            return work
-
-        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
-        # each unit's parameters, not its sub-units' (a root that holds none gathers nothing)
-        sizes = [n for n in (own_numel(unit) for unit in units) if n > 0]
-        world = self.world_size
-        gather_size = torch.finfo(amp).bits // 8 if amp is not None else 4
-        buffers = [
-            (
-                torch.zeros(math.ceil(n / world) * world, device=self.device),
-                torch.empty(math.ceil(n / world), device=self.device),
-            )
-            for n in sizes
-        ]
-
-        def all_gather():
-            for unit in units:
-                unit.unshard()
-            for unit in units:
-                unit.reshard()
-
-        def reduce_scatter():
-            for full, shard in buffers:
-                dist.reduce_scatter_tensor(shard, full)
-
-        sharded = step(model, contextlib.nullcontext)
-        compute = step(
-            replica, lambda: torch.autocast(self.device.type, dtype=amp) if amp else contextlib.nullcontext()
-        )
-        warm_up_s = probe.timed_once(trainer, sharded)
-        for work in (compute, all_gather, reduce_scatter):  # warm-up
-            work()
-        dist.barrier()
-        steps = probe.affordable_steps(trainer, warm_up_s, steps)
-        turns = probe.interleaved(trainer, sharded, compute, steps)
-        times = [probe.per_step(trainer, work, steps) for work in (all_gather, reduce_scatter)]
-        slowest = self.all_gather_floats(times)
-        del replica
-        return {
-            "steps": steps,
-            **turns,
-            "allgather_s": max(slowest[0::2]),
-            "reduce_scatter_s": max(slowest[1::2]),
-            "gather_bytes": sum(sizes) * gather_size,
-            "grad_bytes": sum(sizes) * 4,  # reduced in fp32 (the policy's reduce_dtype, or fp32 params)
-            "units": len(sizes),
-        }
-
-
-def own_numel(unit: nn.Module) -> int:
-    """Elements of the parameters FSDP manages in `unit` itself, those of nested units left out."""
-    from torch.distributed.fsdp import FSDPModule
-
-    nested = {id(p) for m in unit.modules() if m is not unit and isinstance(m, FSDPModule) for p in m.parameters()}
-    return sum(p.numel() for p in unit.parameters() if id(p) not in nested)
