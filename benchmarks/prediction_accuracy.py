@@ -7,7 +7,7 @@
 over Gloo on 2 ranks, compile off) with Snakemake in a copy of this checkout, then evaluates its
 tables; --tables evaluates a finished study's (its comm_fit.csv holds the collectives' fits).
 
-Per workload (dpstudy.analysis.forecast.FORECAST_GROUP) the model is calibrated on three settings:
+Per forecast group (dpstudy.analysis.forecast.FORECAST_GROUP) the model is calibrated on three settings:
 one device at the smallest and the largest batch, and DDP at the middle batch (or at the largest
 DDP batch measured); plus the collective fits. It forecasts every other setting it can: DDP at the
 other batches, FSDP full and grad_op at every batch (no FSDP cell calibrates them: they take DDP's
@@ -16,11 +16,11 @@ batches (the line through the two). Printed per setting: the forecast with its 9
 (sigma: the RMS log error of the other workloads' forecasts, never below the calibrating settings'
 noise, widened where it extrapolates; the noise-only interval's coverage is printed beside it),
 what was measured and the error; then the median and p90 |error|, the intervals' coverage, per
-strategy the same, the fastest strategy per workload and global batch among one device, DDP and
-FSDP (right when it is the measured fastest or within the measured intervals of it), and the same
-errors for
+scheme (forecast.scheme_of) the same, the fastest strategy per workload and global batch among one
+device, DDP and FSDP (right when it is the measured fastest or within the measured intervals of it),
+and the same errors for
   linear  one device's throughput x n x the calibrating DDP setting's efficiency;
-  naive   one device's step / n + the strategy's collectives by the fits, nothing hidden;
+  naive   one device's step / n + the scheme's collectives by the fits, nothing hidden;
   before  the "why not n x" model (dpstudy.analysis.scaling, the scaling_settings table), which
           reads each setting's own probe: not a forecast, what the report had before.
 
@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpstudy.analysis import tablefiles  # noqa: E402
-from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval  # noqa: E402
+from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval  # noqa: E402
 from dpstudy.analysis.predictions import calibration_inputs, group_of, model_sigma  # noqa: E402
 
 MODELS = ("simplecnn", "vit")
@@ -97,7 +97,7 @@ def run_study(workdir: Path, repeats: int, models: tuple[str, ...]) -> Path:
 def calibration(single: pd.DataFrame, multi: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The three calibrating settings: one device at the smallest and largest batch, DDP at the middle."""
     ends = single[single["global_batch"].isin([single["global_batch"].min(), single["global_batch"].max()])]
-    ddp = multi[multi["strategy"] == "ddp"]
+    ddp = multi[multi["scheme"] == "ddp"]
     batches = sorted(ddp["global_batch"])
     middle = batches[len(batches) // 2]
     return ends, ddp[ddp["global_batch"] == middle].head(1)
@@ -112,10 +112,10 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
         singles = group_of(single, key)
-        if len(singles) < 2 or not (own["strategy"] == "ddp").any():
+        if len(singles) < 2 or not (own["scheme"] == "ddp").any():
             continue
         ends, middle = calibration(singles, own)
-        model = Workload(ends, middle, fits)
+        model = Calibration(ends, middle, fits)
         sigma = model_sigma(pd.Series(dtype=float), pd.concat([ends["noise_cv"], middle["noise_cv"]]))
         cal = middle.iloc[0]
         # the calibrating DDP setting's speedup over one device at its batch, per device
@@ -127,11 +127,11 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
             made = {"predicted_samples_per_s": b / model.t1(b), "distance": 0.0}
             rows.append(forecast_row(kind, name, row, made, sigma))
         for index, row in own.iterrows():
-            n, b, strategy = int(row["devices"]), row["global_batch"], row["strategy"]
-            made = model.forecast(strategy, row["backend"], row["env_device"], n, int(b))
-            kind = "calibrating" if index == middle.index[0] else strategy.replace("fsdp ", "fsdp-")
+            n, b, scheme = int(row["devices"]), row["global_batch"], row["scheme"]
+            made = model.forecast(scheme, row["backend"], row["env_device"], n, int(b))
+            kind = "calibrating" if index == middle.index[0] else scheme.replace("fsdp ", "fsdp-")
             out = forecast_row(kind, name, row, made, sigma)
-            comm, _ = model.comm(strategy, row["backend"], row["env_device"], n)
+            comm, _ = model.comm(scheme, row["backend"], row["env_device"], n)
             out["linear"] = b / model.t1(b) * n * efficiency
             out["naive"] = b / (model.t1(b / n) + comm)
             out["before"] = predicted_by_scaling(before, row)

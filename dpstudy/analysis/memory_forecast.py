@@ -2,17 +2,18 @@
 
 What a rank holds at a step's peak, by PyTorch's tracker (the memory_split table's peak_mb on the
 fullest device): the model, its gradients and the optimizer's state, fixed in the batch, and one
-per-device batch's activations, growing with it. So one device's peak(b) = fixed + per_sample b:
-the line through the workload's single-device settings. A DDP rank holds all of `fixed` and what
+per-device batch's activations, growing with it. So one device's peak(b) = fixed + per_sample b: the
+line through the forecast group's single-device settings. A DDP rank holds all of `fixed` and what
 DDP keeps beyond one device (its reducer's buckets, about one more gradient); an FSDP rank holds
-`fixed` / n, its shard, and what FSDP keeps beyond it (the units it has gathered). Each strategy's
-extra is the median over its calibrating settings of their peak above that base; a strategy none
-of whose settings measured memory adds nothing, and says so in the basis. Without single-device
-memory, the line through the DDP settings alone. The line is the tracker's; on CUDA the
-allocator holds more at the same step (library workspaces, a `device` loader's data, DDP's buckets:
-max_memory_allocated beyond the tracked peak, `outside_tracker`), which does not shard or grow
-with the batch: dpstudy.analysis.forecast adds the workload's median of it to every forecast, so
-that a CUDA forecast is of what the allocator holds. The CUDA context is outside both.
+`fixed` / n, its shard, and what FSDP keeps beyond it (the units it has gathered). Each scheme's
+(dpstudy.analysis.forecast.scheme_of) extra is the median over its calibrating settings of their
+peak above that base; a scheme none of whose settings measured memory adds nothing, and says so in
+the basis. Without single-device memory, the line through the DDP settings alone. The line is the
+tracker's; on CUDA the allocator holds more at the same step (library workspaces, a `device`
+loader's data, DDP's buckets: max_memory_allocated beyond the tracked peak, `outside_tracker`),
+which does not shard or grow with the batch: dpstudy.analysis.forecast adds the forecast group's
+median of it to every forecast, so that a CUDA forecast is of what the allocator holds. The CUDA
+context is outside both.
 """
 
 from __future__ import annotations
@@ -55,13 +56,13 @@ def _per_setting(settings: pd.DataFrame, per_cell: pd.Series) -> pd.Series:
     return pd.Series([per_cell.reindex(ids.split()).median() for ids in settings["cells"]], index=settings.index)
 
 
-def sharded(strategy: str) -> bool:
-    return strategy.startswith("fsdp")
+def sharded(scheme: str) -> bool:
+    return scheme.startswith("fsdp")
 
 
 class MemoryLine:
-    """peak(b) of one workload's ranks, calibrated on single-device (batch, MB) pairs and the
-    multi-device settings' (strategy, per-device batch, ranks, MB)."""
+    """peak(b) of one forecast group's ranks, calibrated on single-device (batch, MB) pairs and the
+    multi-device settings' (scheme, per-device batch, ranks, MB)."""
 
     def __init__(self, single: list[tuple[float, float]], multi: list[tuple[str, float, int, float]]):
         single = [(b, mb) for b, mb in single if np.isfinite(mb)]
@@ -71,10 +72,10 @@ class MemoryLine:
         self.extra: dict[str, float] = {}
         if single:
             self.fixed, self.per_sample = line_fit(*zip(*single, strict=True))
-            by_strategy: dict[str, list[float]] = {}
-            for strategy, b, n, mb in multi:
-                by_strategy.setdefault(strategy, []).append(mb - self.base(b, n, strategy))
-            self.extra = {strategy: float(np.median(extras)) for strategy, extras in by_strategy.items()}
+            by_scheme: dict[str, list[float]] = {}
+            for scheme, b, n, mb in multi:
+                by_scheme.setdefault(scheme, []).append(mb - self.base(b, n, scheme))
+            self.extra = {scheme: float(np.median(extras)) for scheme, extras in by_scheme.items()}
             self.basis = f"memory from {len(single)} single-device and {len(multi)} multi-device setting(s)"
         elif ddp:
             self.fixed, self.per_sample = line_fit(*zip(*ddp, strict=True))
@@ -83,10 +84,10 @@ class MemoryLine:
             self.fixed = self.per_sample = math.nan
             self.basis = "no measured memory"
 
-    def base(self, b: float, n: int, strategy: str) -> float:
-        return self.fixed / (n if sharded(strategy) else 1) + self.per_sample * b
+    def base(self, b: float, n: int, scheme: str) -> float:
+        return self.fixed / (n if sharded(scheme) else 1) + self.per_sample * b
 
-    def at(self, b: float, n: int = 1, strategy: str = "ddp") -> float:
-        """MB on the fullest device of a rank of `strategy` over n ranks at per-device batch b (NaN:
+    def at(self, b: float, n: int = 1, scheme: str = "ddp") -> float:
+        """MB on the fullest device of a rank of `scheme` over n ranks at per-device batch b (NaN:
         nothing measured)."""
-        return self.base(b, n, strategy) + self.extra.get(strategy, 0.0) if self.known else math.nan
+        return self.base(b, n, scheme) + self.extra.get(scheme, 0.0) if self.known else math.nan

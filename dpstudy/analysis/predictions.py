@@ -1,6 +1,6 @@
 """The `predictions` table: every measured DDP setting forecast from the others (leave-one-out, the
 model's error on this study), then the forecasts the study's `predict:` block asks for
-(dpstudy.study.predict), each by dpstudy.analysis.forecast's model of its workload.
+(dpstudy.study.predict), each by dpstudy.analysis.forecast's model of its forecast group.
 
 Per row: throughput and speedup over one device, memory per device (the fullest device's step
 peak: on CUDA the allocator's, max_memory_allocated; elsewhere PyTorch's tracker's), each forecast
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis import capacity
-from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval, strategy_of
+from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval, scheme_of
 from dpstudy.analysis.memory_forecast import held_memory, outside_tracker, setting_memory
 
 COLUMNS = (
@@ -55,8 +55,8 @@ OPTIONAL = ("buckets", "units", "gather_bytes", "exposed_s")
 def calibration_inputs(
     settings: pd.DataFrame, cells: pd.DataFrame, split: pd.DataFrame | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(single-device settings, DDP and FSDP settings over 2+ ranks with their `strategy`
-    (forecast.strategy_of) and the medians of their cells' probes), both with `memory_mb`, the
+    """(single-device settings, DDP and FSDP settings over 2+ ranks with their `scheme`
+    (forecast.scheme_of) and the medians of their cells' probes), both with `memory_mb`, the
     tracker's peak, `outside_mb`, what a CUDA allocator held beyond it, and `held_mb`, their sum
     (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN
     without it)."""
@@ -68,7 +68,7 @@ def calibration_inputs(
     single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
     multi = settings[settings["mode"].isin(["ddp", "fsdp"]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
-    multi["strategy"] = [strategy_of(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
+    multi["scheme"] = [scheme_of(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
     columns = [c for c in (*PROBES, *OPTIONAL) if c in cells]
     probes = cells.set_index("cell")[columns]
     for column in columns:  # the setting's `cells`: its finished repeats, space-separated
@@ -89,7 +89,7 @@ def leave_one_out(
     settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame, split: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """The table's measured rows: every DDP and FSDP setting over 2+ ranks forecast from the
-    workload's other settings (its own never read), beside what it measured (and `noise_cv`, its
+    forecast group's other settings (its own never read), beside what it measured (and `noise_cv`, its
     own, which the interval cannot beat). A setting no other calibrates is left out."""
     return held_out_rows(*calibration_inputs(settings, cells, split), fits)
 
@@ -103,9 +103,9 @@ def held_out_rows(single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame)
             continue
         for index, held_out in own.iterrows():
             try:
-                model = Workload(singles, own.drop(index), fits)
+                model = Calibration(singles, own.drop(index), fits)
                 made = model.forecast(
-                    held_out["strategy"],
+                    held_out["scheme"],
                     held_out["backend"],
                     held_out["env_device"],
                     int(held_out["devices"]),
@@ -164,9 +164,9 @@ def requested(
     requests: list[dict],
     sigma: tuple[float, float],
 ) -> pd.DataFrame:
-    """The table's forecast rows: every request (dpstudy.study.predict.requests) for every workload
-    with measured DDP or FSDP settings its filters match, calibrated on all of them (`single`,
-    `multi`: calibration_inputs'); a request the workload cannot answer (no setting over its
+    """The table's forecast rows: every request (dpstudy.study.predict.requests) for every forecast
+    group with measured DDP or FSDP settings its filters match, calibrated on all of them (`single`,
+    `multi`: calibration_inputs'); a request the group cannot answer (no setting over its
     backend, no collective's fit) is a row with the reason as its basis and no numbers. `sigma`:
     sigmas() of the held-out rows."""
     rows = []
@@ -175,8 +175,8 @@ def requested(
         singles = group_of(single, key)
         if singles.empty:
             continue
-        try:  # no all-reduce fit (bench comm: false): every request of the workload says so
-            model, unfit = Workload(singles, own, fits), None
+        try:  # no all-reduce fit (bench comm: false): every request of the group says so
+            model, unfit = Calibration(singles, own, fits), None
         except LookupError as error:
             model, unfit = None, str(error)
         for request in requests:
@@ -188,7 +188,7 @@ def requested(
                 if model is None:
                     raise LookupError(unfit)
                 made = model.forecast(
-                    strategy_of(request["mode"], request.get("shard")),
+                    scheme_of(request["mode"], request.get("shard")),
                     request["backend"],
                     group["env_device"],
                     request["gpus"],

@@ -4,7 +4,7 @@ from one device and two, checked against cells that ran there.
 A study (study(visible)): resnet18 on synthetic_rgb, one device at every per-device batch the
 multi-GPU cells use, DDP and FSDP (full) over NCCL at GLOBAL_BATCH on 2, 4, ... GPUs (powers of two
 up to those visible, and all of them), two repeats, and the comm sweep (NCCL, 2 ranks). The model is
-calibrated as the analysis calibrates it (dpstudy.analysis.forecast.Workload) on the single-device
+calibrated as the analysis calibrates it (dpstudy.analysis.forecast.Calibration) on the single-device
 settings and the settings on at most CALIBRATE_GPUS GPUs alone; every setting on more GPUs is
 forecast (the host share and the ring collectives extrapolated from 2 ranks, as for a `predict:`
 request of 4 or 8) and compared with what it measured: each error, their median and largest, and
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpstudy.analysis.forecast import FORECAST_GROUP, Workload, interval
+from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval
 from dpstudy.analysis.predictions import calibration_inputs, group_of, model_sigma
 from dpstudy.gpucheck.study import run_in_copy
 
@@ -28,7 +28,6 @@ MIN_GPUS = 3
 CALIBRATE_GPUS = 2
 MODEL = "resnet18"
 GLOBAL_BATCH = 1024
-STRATEGIES = ("ddp", "fsdp")
 TABLES = ("settings", "cells", "comm_fit")
 
 
@@ -78,31 +77,31 @@ def study(visible: int) -> dict:
 
 
 def held_out_forecasts(single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
-    """Per setting on more than CALIBRATE_GPUS GPUs: its forecast from the workload's single-device
-    settings and its settings on at most CALIBRATE_GPUS (its own and every larger count never read),
-    with the 95 % interval and the error against what it measured."""
+    """Per setting on more than CALIBRATE_GPUS GPUs: its forecast from the forecast group's
+    single-device settings and its settings on at most CALIBRATE_GPUS (its own and every larger count
+    never read), with the 95 % interval and the error against what it measured."""
     rows = []
     for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
         singles = group_of(single, key)
         calibrating, held = own[own["devices"] <= CALIBRATE_GPUS], own[own["devices"] > CALIBRATE_GPUS]
         if singles.empty or calibrating.empty:
             continue
-        model = Workload(singles, calibrating, fits)
+        model = Calibration(singles, calibrating, fits)
         sigma = model_sigma(pd.Series(dtype=float), pd.concat([singles["noise_cv"], calibrating["noise_cv"]]))
         for _, row in held.iterrows():
             try:
                 made = model.forecast(
-                    row["strategy"], row["backend"], row["env_device"], int(row["devices"]), int(row["global_batch"])
+                    row["scheme"], row["backend"], row["env_device"], int(row["devices"]), int(row["global_batch"])
                 )
             except LookupError as error:
-                rows.append({"strategy": row["strategy"], "devices": int(row["devices"]), "reason": str(error)})
+                rows.append({"scheme": row["scheme"], "devices": int(row["devices"]), "reason": str(error)})
                 continue
             low, high = interval(made["predicted_samples_per_s"], sigma, made["distance"])
             measured = row["samples_per_s"]
             rows.append(
                 {
                     "model": row["model"],
-                    "strategy": row["strategy"],
+                    "scheme": row["scheme"],
                     "devices": int(row["devices"]),
                     "global_batch": int(row["global_batch"]),
                     "predicted_samples_per_s": made["predicted_samples_per_s"],
@@ -141,7 +140,7 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> dict:
             f"calibrated on 1 and {CALIBRATE_GPUS}"
         )
         notes += [
-            f"{r.strategy} on {r.devices} GPUs at {r.global_batch}: forecast {r.predicted_samples_per_s:,.0f} "
+            f"{r.scheme} on {r.devices} GPUs at {r.global_batch}: forecast {r.predicted_samples_per_s:,.0f} "
             f"[{r.predicted_low:,.0f}-{r.predicted_high:,.0f}] vs measured {r.measured_samples_per_s:,.0f} "
             f"samples/s ({r.error:+.1%}; {r.how}: {r.basis})"
             for r in checked.itertuples()
@@ -150,7 +149,7 @@ def evaluate(tables: dict[str, pd.DataFrame]) -> dict:
         figures["scaling_checked"] = 0
         details["scaling_median_error"] = f"no setting on more than {CALIBRATE_GPUS} GPUs ran (GPU counts: {counts})"
     if "reason" in made:
-        notes += [f"{r.strategy} on {r.devices} GPUs not forecast: {r.reason}" for r in made.itertuples() if r.reason]
+        notes += [f"{r.scheme} on {r.devices} GPUs not forecast: {r.reason}" for r in made.itertuples() if r.reason]
     return {"figures": figures, "details": details, "notes": notes, "data": {"forecasts": made.to_dict("records")}}
 
 

@@ -15,8 +15,9 @@ import pandas as pd
 from dpstudy.analysis.pivots import axis_keys, same_partition  # noqa: F401 (dpstudy.report.figures imports axis_keys from here)
 from dpstudy.report.text import code, markdown_table, plural
 
-# Keys that say how a cell ran (one line of the figures each), not a parameter swept along an axis.
-SETUP_KEYS = ("mode", "backend", "nodes")
+# Keys that say how a cell ran (its variant: one line of the figures each, dpstudy.report.figures.layout),
+# not a parameter swept along an axis
+VARIANT_KEYS = ("mode", "backend", "nodes")
 MAX_ROWS = 40
 
 

@@ -26,14 +26,14 @@ def overview(tables: Tables) -> Figure:
     """Heat maps of the median speedup, efficiency and final accuracy over the two setting keys with
     the most values (dpstudy.report.overview.axis_keys), a row per mode; with fewer keys, the modes on
     the y axis. Other varied keys are folded into the median."""
-    from dpstudy.report.overview import SETUP_KEYS, axis_keys
+    from dpstudy.report.overview import VARIANT_KEYS, axis_keys
 
     cells = labelled(tables["cells"])
     title = "Overview: median speedup, efficiency and final test accuracy of the settings"
     settings = settings_of(tables)
     if settings.empty:
         return message("No setting finished: there is nothing to map.", title, cells)
-    keys = axis_keys(settings, exclude=SETUP_KEYS)
+    keys = axis_keys(settings, exclude=VARIANT_KEYS)
     x, y = (keys + [None, None])[:2]
     if y is None:
         y, rows = "variant", [None]

@@ -87,8 +87,8 @@ def figure(draw: Draw) -> Draw:
 def labelled(cells: pd.DataFrame) -> pd.DataFrame:
     """cells plus `variant` (mode, with fsdp's sharding, the backend of ddp and fsdp, and the nodes
     when several: inter-node scaling gets a colour of its own) and `workload` (dataset/model)."""
-    strategy = cells["mode"].where(cells["shard"] == "none", cells["mode"] + " " + cells["shard"])
-    variant = strategy.where(cells["backend"] == "none", strategy + "/" + cells["backend"])
+    scheme = cells["mode"].where(cells["shard"] == "none", cells["mode"] + " " + cells["shard"])
+    variant = scheme.where(cells["backend"] == "none", scheme + "/" + cells["backend"])
     variant = variant.where(cells["nodes"] <= 1, variant + " on " + cells["nodes"].astype("string") + " nodes")
     return cells.assign(variant=variant, workload=cells["dataset"] + "/" + cells["model"])
 

@@ -14,16 +14,16 @@ floor, the busy host; data_wait, memory, util_means, scaling_settings). They pic
 them and count the lines they list.
 """
 
-from dpstudy.report.findings.accuracy_gap import accuracy
+from dpstudy.report.findings.accuracy import accuracy
+from dpstudy.report.findings.backends import backends
 from dpstudy.report.findings.benchmarks import comm, kernels
 from dpstudy.report.findings.forecasts import forecasts
-from dpstudy.report.findings.memory_use import memory
-from dpstudy.report.findings.nccl_gloo import backends
-from dpstudy.report.findings.noise import single_noise
-from dpstudy.report.findings.ranking import strategies
-from dpstudy.report.findings.scaling import speedup
-from dpstudy.report.findings.scaling_model import why_not_n
+from dpstudy.report.findings.memory import memory
+from dpstudy.report.findings.noise import noise
+from dpstudy.report.findings.speedup import speedup
+from dpstudy.report.findings.strategies import strategies
 from dpstudy.report.findings.usage import data_wait, utilisation
+from dpstudy.report.findings.why_not_n import why_not_n
 
 __all__ = [
     "accuracy",
@@ -33,7 +33,7 @@ __all__ = [
     "forecasts",
     "kernels",
     "memory",
-    "single_noise",
+    "noise",
     "speedup",
     "strategies",
     "utilisation",

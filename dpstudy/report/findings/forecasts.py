@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dpstudy.report.findings.phrases import Tables, listed, not_measured, percent, setup_name, workload
+from dpstudy.report.findings.phrases import Tables, dataset_model, listed, not_measured, percent, setup_name
 from dpstudy.report.text import significant
 
 INTRO = (
@@ -29,7 +29,7 @@ def head(r) -> str:
     """ "- synthetic/lenet, DDP (gloo) on 8 devices at batch 256" """
     shard = r.get("shard") if isinstance(r.get("shard"), str) else "full"
     name = f"{setup_name(r['mode'], r['backend'], int(r['devices']), 1, shard)} at batch {int(r['global_batch'])}"
-    return f"- {workload(r)}, {name}"
+    return f"- {dataset_model(r)}, {name}"
 
 
 def extrapolation(r) -> str:
@@ -78,8 +78,9 @@ def requested_line(r) -> str:
 
 
 def fitting_counts(asked: pd.DataFrame) -> str:
-    """Per forecast workload, strategy and batch with a capacity: from which device count it fits,
-    or that it fits at none or at every count forecast ("" where no forecast knows a capacity)."""
+    """Per forecast dataset, model, mode, shard, backend and batch with a capacity: from which device
+    count it fits, or that it fits at none or at every count forecast ("" where no forecast knows a
+    capacity)."""
     known = asked.dropna(subset=["fits"])
     sentences = []
     keys = ["dataset", "model", "mode", "shard", "backend", "global_batch"]

@@ -104,7 +104,7 @@ def machine_part(r) -> str:
     return "" if pd.isna(r.get("machine_cv")) else f", the machine {percent(r['machine_cv'], 1)}"
 
 
-def single_noise(tables: Tables) -> str:
+def noise(tables: Tables) -> str:
     """The noise of one device: CV of a single-device setting's throughput over its repeats, and
     the machine's floor beside it."""
     settings, totals = tables["settings"], study(tables)

@@ -1,5 +1,5 @@
-"""The words every section shares: names of modes, setups, workloads and settings, "not measured"
-and why, and the lists a large study cuts short."""
+"""The words every section shares: names of modes, setups, datasets with their models and settings,
+"not measured" and why, and the lists a large study cuts short."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def batch_phrase(row) -> str:
     return f"batch {row['batch']}" + (" per device" if per_device else "")
 
 
-def workload(row) -> str:
+def dataset_model(row) -> str:
+    """'mnist/lenet': a row's dataset and model (a workload is more: strategies.WORKLOAD_KEYS)."""
     return f"{text(row['dataset'])}/{text(row['model'])}"
 
 
@@ -104,7 +105,7 @@ def members(comparison) -> list[int]:
 
 # ---- Naming a setting: every key the study varies -------------------------------------------
 
-# Keys the phrases below already name (workload, who, batch_phrase); any other key that varies in
+# Keys the phrases below already name (dataset_model, who, batch_phrase); any other key that varies in
 # the study is appended, so two settings never read the same.
 NAMED_KEYS = {"dataset", "model", "mode", "backend", "gpus", "nodes", "devices", "batch", "batch_scope", "global_batch"}
 LIST_LIMIT = 12  # settings listed one per line; a larger study gets its best and worst and the overview
@@ -129,7 +130,7 @@ def value_text(v) -> str:
 
 def setting_name(row, keys: list[str]) -> str:
     """'synthetic/lenet, DDP (gloo) on 2 devices at batch 64, lr 0.01': each varied key named."""
-    return f"{workload(row)}, {who(row)} at {batch_phrase(row)}{extra_keys(row, keys)}"
+    return f"{dataset_model(row)}, {who(row)} at {batch_phrase(row)}{extra_keys(row, keys)}"
 
 
 def listed(rows: pd.DataFrame, line, by: str) -> list[str]:

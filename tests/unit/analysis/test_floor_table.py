@@ -134,7 +134,7 @@ def gauged(rates: list[tuple[float, float]], gflops: list[float], **keys) -> lis
 def test_each_setting_sets_its_noise_against_the_machine_at_its_own_moments(tmp_path):
     from helpers.plots import tables_of
 
-    from dpstudy.report.findings.noise import single_noise
+    from dpstudy.report.findings.noise import noise
 
     records = [
         # the machine moved 10 % between the repeats and the throughput with it: steady for this machine
@@ -149,7 +149,7 @@ def test_each_setting_sets_its_noise_against_the_machine_at_its_own_moments(tmp_
     summary = tables["summary"].iloc[0]
     assert summary["machine_settings"] == 2 and summary["near_machine"] == 1  # 10 % <= 2 x 10 %; not <= 3 %
     assert summary["machine_max_cv"] == pytest.approx(0.1)
-    text = single_noise(tables)
+    text = noise(tables)
     assert "Inside the cells, the same reference workload timed after every epoch moved by a median CV of 5.0 %" in text
     assert "1 of 2 settings (every mode) vary by at most 3 % or 2x the machine's own CV" in text
     assert "CV 10.0 % over 3 runs, the machine 10.0 %" in text

@@ -102,14 +102,14 @@ def test_leave_one_out_never_reads_the_held_out_setting():
     # and with its records gone altogether, the model of the others gives it the same forecast
     without = [r for r in records() if not (r["spec"]["mode"] == "ddp" and r["spec"]["batch"] == 128)]
     single, ddp = predictions.calibration_inputs(*tables(without))
-    model = forecast.Workload(single, ddp, FITS)
+    model = forecast.Calibration(single, ddp, FITS)
     alone = model.forecast("ddp", "gloo", "cpu", 2, 128)["predicted_samples_per_s"]
     assert alone == pytest.approx(before.loc[128, "predicted_samples_per_s"])
 
 
 def test_more_ranks_than_measured_extrapolate_the_share_and_the_ring_and_widen_the_interval():
     single, ddp = predictions.calibration_inputs(*tables(records()))
-    model = forecast.Workload(single, ddp, FITS)
+    model = forecast.Calibration(single, ddp, FITS)
     four = model.forecast("ddp", "gloo", "cpu", 4, 256)
     # share grows linearly from 1 at one rank through 2 ranks' 1.3; the ring all-reduce over 4
     share = 1 + (SHARE - 1) * 3
@@ -123,9 +123,9 @@ def test_more_ranks_than_measured_extrapolate_the_share_and_the_ring_and_widen_t
     assert high4 - low4 == pytest.approx(2 * (high2 - low2), rel=0.05)  # twice as wide, one doubling away
 
 
-def test_a_workload_no_ddp_setting_calibrates_is_an_error_naming_it():
+def test_a_forecast_group_no_ddp_setting_calibrates_is_an_error_naming_it():
     single, ddp = predictions.calibration_inputs(*tables(records()))
-    model = forecast.Workload(single, ddp, FITS)
+    model = forecast.Calibration(single, ddp, FITS)
     with pytest.raises(LookupError, match="no measured DDP setting over nccl"):
         model.forecast("ddp", "nccl", "cuda", 2, 256)
     with pytest.raises(LookupError, match="no all_reduce fit for gloo on cuda"):
@@ -163,7 +163,7 @@ def test_requested_forecasts_use_every_setting_and_say_which_they_cannot_make():
     ]
     table = predictions.predictions(settings, cells, FITS, requests)
     asked = table[table["source"] == "predict"].set_index("backend")
-    assert len(table[table["source"] == "leave-one-out"]) == 4 and len(asked) == 2  # vit: no such workload
+    assert len(table[table["source"] == "leave-one-out"]) == 4 and len(asked) == 2  # vit: no such forecast group
     share, ring = 1 + (SHARE - 1) * 3, LATENCY_S * 3 + GRAD_BYTES * 2 * 3 / 4 / (GBPS * 1e9)
     assert 256 / asked.loc["gloo", "predicted_samples_per_s"] == pytest.approx(t1(64) * share + HIDDEN * ring, rel=0.01)
     assert (
@@ -294,7 +294,7 @@ def test_a_held_out_fsdp_setting_is_recovered_from_its_kind_and_priced_per_unit(
 def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_overlap():
     settings, cells = tables(with_units(records()))
     single, multi = predictions.calibration_inputs(settings, cells)
-    model = forecast.Workload(single, multi, ALL_FITS)
+    model = forecast.Calibration(single, multi, ALL_FITS)
     made = model.forecast("fsdp grad_op", "gloo", "cpu", 2, 128)
     assert 128 / made["predicted_samples_per_s"] == pytest.approx(
         t1(64) * SHARE + HIDDEN * fsdp_comm("grad_op"), rel=0.01
@@ -302,7 +302,7 @@ def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_over
     assert made["how"] == "extrapolated"
     assert "no fsdp grad_op setting ran: DDP's host share and overlap" in made["basis"]
     # priced per unit: 4 units cost 3 more latencies per collective than one message would
-    one_unit = forecast.Workload(single, multi.assign(units=1), ALL_FITS)
+    one_unit = forecast.Calibration(single, multi.assign(units=1), ALL_FITS)
     one_unit = one_unit.forecast("fsdp grad_op", "gloo", "cpu", 2, 128)
     slower = 128 / made["predicted_samples_per_s"] - 128 / one_unit["predicted_samples_per_s"]
     assert slower == pytest.approx(HIDDEN * 3 * (GATHER_LATENCY_S + SCATTER_LATENCY_S), rel=0.01)
@@ -315,8 +315,8 @@ def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_over
 def test_ddp_buckets_are_priced_each_with_its_latency():
     settings, cells = tables(records())
     single, multi = predictions.calibration_inputs(settings, cells)
-    one = forecast.Workload(single, multi, FITS).forecast("ddp", "gloo", "cpu", 4, 256)
-    three = forecast.Workload(single, multi.assign(buckets=3), FITS)
+    one = forecast.Calibration(single, multi, FITS).forecast("ddp", "gloo", "cpu", 4, 256)
+    three = forecast.Calibration(single, multi.assign(buckets=3), FITS)
     # calibrated on the same steps, three buckets price the all-reduce higher, so less of it is
     # exposed (hidden) at 2 ranks; at 4 ranks the ring's latency counts three times
     assert three.layout["buckets"] == 3 and three.calibrated[("ddp", "gloo", 2)]["hidden"] < HIDDEN
@@ -367,13 +367,13 @@ def test_the_study_accepts_in_predict_every_mode_the_model_forecasts_and_no_othe
     from dpstudy.study import predict
 
     # the study layer cannot import the model's registry (a layer below it): they are kept equal here
-    assert set(predict.FORECAST_MODES) == {strategy.split()[0] for strategy in forecast.MESSAGES} == {"ddp", "fsdp"}
-    assert {forecast.strategy_of("fsdp", s) for s in ("full", "grad_op", "none")} <= set(forecast.MESSAGES)
+    assert set(predict.FORECAST_MODES) == {scheme.split()[0] for scheme in forecast.MESSAGES} == {"ddp", "fsdp"}
+    assert {forecast.scheme_of("fsdp", s) for s in ("full", "grad_op", "none")} <= set(forecast.MESSAGES)
 
 
 def test_on_cuda_memory_is_forecast_and_checked_as_the_allocator_holds_it():
     """CUDA cells record max_memory_allocated beyond the tracked step (workspaces, resident data,
-    buckets): a forecast adds the workload's median of it, unsharded, and is checked against the
+    buckets): a forecast adds the forecast group's median of it, unsharded, and is checked against the
     allocator's peak, not the tracker's."""
     recs = records()
     for r in recs:
@@ -411,8 +411,8 @@ def test_step_time_recovers_its_parameters_from_generated_timings(overlapped):
     assert StepTime.fit([256], [0.01], overlapped)(512) == pytest.approx(0.02)
 
 
-def test_on_cuda_a_workload_bends_its_single_device_step_at_the_hosts_launch_time():
-    from dpstudy.analysis.forecast import Workload
+def test_on_cuda_a_forecast_group_bends_its_single_device_step_at_the_hosts_launch_time():
+    from dpstudy.analysis.forecast import Calibration
 
     single = pd.DataFrame(
         {
@@ -421,9 +421,9 @@ def test_on_cuda_a_workload_bends_its_single_device_step_at_the_hosts_launch_tim
             "memory_mb": math.nan,
         }
     )
-    empty = pd.DataFrame(columns=["strategy", "global_batch", "devices", "memory_mb", "backend"])
-    on_cuda = Workload(single.assign(env_device="cuda"), empty, pd.DataFrame())
-    on_cpu = Workload(single.assign(env_device="cpu"), empty, pd.DataFrame())
+    empty = pd.DataFrame(columns=["scheme", "global_batch", "devices", "memory_mb", "backend"])
+    on_cuda = Calibration(single.assign(env_device="cuda"), empty, pd.DataFrame())
+    on_cpu = Calibration(single.assign(env_device="cpu"), empty, pd.DataFrame())
     assert on_cuda.t1(512) == pytest.approx(math.hypot(0.004, 1e-5 * 512))
     assert on_cpu.t1(512) == pytest.approx(on_cpu.t1(128) + (on_cpu.t1(1024) - on_cpu.t1(128)) * 384 / 896)
     assert on_cuda.t1(128) == on_cpu.t1(128)  # a measured batch is its measurement

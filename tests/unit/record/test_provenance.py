@@ -166,7 +166,7 @@ def test_an_edit_of_training_code_flags_finished_cells(hash_changes, module):
     [
         "analysis/collect.py",
         "analysis/stats.py",
-        "report/findings/scaling.py",
+        "report/findings/speedup.py",
         "report/text.py",
         "report/figures/layout.py",
         "report/sources.yaml",
@@ -192,7 +192,7 @@ def test_each_rule_depends_on_the_code_it_runs():
     assert "dpstudy/report/text.py" in figures and "dpstudy/engine/train.py" not in figures
     assert {
         "dpstudy/report/findings/__init__.py",
-        "dpstudy/report/findings/ranking.py",
+        "dpstudy/report/findings/strategies.py",
         "dpstudy/report/sources.py",
         "dpstudy/report/sources.yaml",
     } <= set(report)

@@ -350,7 +350,7 @@ def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
     noisy = lambda t: t["verdict"] == "noisier"  # noqa: E731
     text = findings.speedup(changed(repeats, "settings", noisy, noise_max_cv=0.5, effect=0.25))
     assert "the noise (50 %) is larger than the effect (25 %)" in text
-    text = findings.single_noise(
+    text = findings.noise(
         changed(
             repeats,
             "summary",
@@ -370,24 +370,24 @@ def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
         "cores on average while training, up to 1.50)"
     )
     floor = dict(floor_runs=3, floor_compute_cv=0.009, floor_memory_cv=0.014, floor_dispatch_cv=0.011, floor_cv=0.014)
-    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="above the floor", **floor))
+    text = findings.noise(changed(repeats, "summary", every, floor_verdict="above the floor", **floor))
     assert (
         "This machine's floor is 1.4 %: the CV of a reference workload run beside each of the 3 repeat rounds "
         "(matmuls 0.9 %, memory copies 1.4 %, tiny operators 1.1 %; tables/floor.csv). The largest single-device "
         "CV is **more than 2x the floor**: the cells add noise of their own."
     ) in text
     older = {**floor, "floor_dispatch_cv": float("nan")}  # floor runs made before the dispatch part
-    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="above the floor", **older))
+    text = findings.noise(changed(repeats, "summary", every, floor_verdict="above the floor", **older))
     assert "(matmuls 0.9 %, memory copies 1.4 %; tables/floor.csv)" in text
-    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="at the floor", **floor))
+    text = findings.noise(changed(repeats, "summary", every, floor_verdict="at the floor", **floor))
     assert "The largest single-device CV is within 2x of it: the cells vary about as much as the machine" in text
     high = {**floor, "floor_cv": 0.05}
-    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="high floor", **high))
+    text = findings.noise(changed(repeats, "summary", every, floor_verdict="high floor", **high))
     assert (
         "This machine's floor is 5.0 %" in text
         and "The largest single-device CV is **on a high floor** (3.0 % or more): this machine varies" in text
     )
-    text = findings.single_noise(changed(repeats, "summary", every, floor_verdict="below the floor", **high))
+    text = findings.noise(changed(repeats, "summary", every, floor_verdict="below the floor", **high))
     assert "The largest single-device CV is **below it**: the reference workload varied more than the cells" in text
     first = lambda t: t.index == t.index[0]  # noqa: E731
     text = findings.accuracy(changed(repeats, "comparisons", first, value=0.123))

@@ -12,6 +12,7 @@ from dpstudy.report.findings.phrases import (
     Tables,
     batch_phrase,
     by_setting,
+    dataset_model,
     extra_keys,
     listed,
     not_measured,
@@ -21,7 +22,6 @@ from dpstudy.report.findings.phrases import (
     varied,
     whole,
     why_not_run,
-    workload,
 )
 from dpstudy.report.text import plural
 
@@ -117,7 +117,7 @@ def across_nodes(tables: Tables, named: list[str] = ()) -> str:
     for _, pair in comparisons[comparisons["kind"] == "nodes"].iterrows():
         far, near = settings.loc[pair["setting"]], settings.loc[pair["other"]]
         pairs.append(
-            f"- {workload(far)} at {batch_phrase(far)}{extra_keys(far, named)}: "
+            f"- {dataset_model(far)} at {batch_phrase(far)}{extra_keys(far, named)}: "
             f"{plural(far['devices'], 'device')} on one node reached {near['efficiency'] * 100:.0f} % "
             f"efficiency, spread over {far['nodes']} nodes {far['efficiency'] * 100:.0f} % "
             f"({pair['value']:.2f}x the one-node throughput)."

@@ -11,12 +11,12 @@ from dpstudy.report.findings.phrases import (
     batch_phrase,
     by_setting,
     clipped,
+    dataset_model,
     extra_keys,
     members,
     not_measured,
     varied,
     why_not_run,
-    workload,
 )
 from dpstudy.report.text import plural, significant
 
@@ -35,7 +35,7 @@ def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
             0: "within noise" if pair["repeats"] > 1 else "one run each: no claim",
         }[int(pair["claim"])]
         lines.append(
-            f"- {workload(row)} on {plural(row['devices'], 'device')} at {batch_phrase(row)}"
+            f"- {dataset_model(row)} on {plural(row['devices'], 'device')} at {batch_phrase(row)}"
             f"{extra_keys(row, keys_named)}: NCCL reached {pair['value']:.2f}x the throughput of Gloo "
             f"({significant(nccl['samples_per_s'])} vs {significant(gloo['samples_per_s'])} samples/s): "
             f"{verdict}."

@@ -11,6 +11,7 @@ from dpstudy.report.findings.phrases import (
     LIST_LIMIT,
     Tables,
     by_setting,
+    dataset_model,
     extra_keys,
     not_measured,
     or_na,
@@ -20,7 +21,6 @@ from dpstudy.report.findings.phrases import (
     varied,
     whole,
     why_not_run,
-    workload,
 )
 from dpstudy.report.text import markdown_table, more_in, significant, text
 
@@ -44,7 +44,7 @@ def strategy_label(row, keys: list[str]) -> str:
 def workload_label(row, keys: list[str]) -> str:
     """'synthetic_rgb/resnet18 at global batch 64, precision bf16': the workload keys the study varies."""
     named = [k for k in keys if k in WORKLOAD_KEYS and k not in ("dataset", "model", "global_batch", "devices")]
-    return f"{workload(row)} at global batch {whole(row['global_batch'])}{extra_keys(row, named)}"
+    return f"{dataset_model(row)} at global batch {whole(row['global_batch'])}{extra_keys(row, named)}"
 
 
 def lead_text(best, runner_up, keys: list[str]) -> str:

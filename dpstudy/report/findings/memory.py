@@ -8,12 +8,12 @@ import pandas as pd
 from dpstudy.report.findings.phrases import (
     Tables,
     batch_phrase,
+    dataset_model,
     mode_name,
     not_measured,
     who,
     whole,
     why_not_run,
-    workload,
 )
 from dpstudy.report.text import code, plural, significant, text
 
@@ -38,7 +38,7 @@ def memory(tables: Tables) -> str:
         lines.append(
             f"- {who(r)}: the fullest device peaked at "
             f"{m['imbalance']:.2f}x the memory of the emptiest ({m['peak_mem_mb_max']:.0f} MB vs "
-            f"{m['peak_mem_mb_min']:.0f} MB, {workload(r)} at {batch_phrase(r)})."
+            f"{m['peak_mem_mb_min']:.0f} MB, {dataset_model(r)} at {batch_phrase(r)})."
         )
     return (
         "\n".join(lines) + "\n\nMemory is CUDA's peak allocation per device on GPUs and each process's "

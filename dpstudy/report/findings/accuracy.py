@@ -11,12 +11,12 @@ from dpstudy.report.findings.phrases import (
     batch_phrase,
     by_setting,
     clipped,
+    dataset_model,
     extra_keys,
     members,
     not_measured,
     varied,
     who,
-    workload,
 )
 
 
@@ -41,13 +41,13 @@ def accuracy(tables: Tables) -> str:
             if gap["claim"]
             else ("within noise" if gap["repeats"] > 1 else "one run each: no claim")
         )
-        lines.append(f"- {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}: {parts}: {verdict}.")
+        lines.append(f"- {dataset_model(best)} at {batch_phrase(best)}{extra_keys(best, keys)}: {parts}: {verdict}.")
     widest = gaps[gaps["largest"].astype(bool)].iloc[0]
     best, worst, claim = settings.loc[widest["setting"]], settings.loc[widest["other"]], widest["claim"]
     head = (
         f"Final test accuracy differed by at most {widest['value'] * 100:.1f} points across modes at equal "
         "settings "
-        f"(largest gap: {workload(best)} at {batch_phrase(best)}{extra_keys(best, keys)}, "
+        f"(largest gap: {dataset_model(best)} at {batch_phrase(best)}{extra_keys(best, keys)}, "
         f"{who(best)} {best['final_test_acc'] * 100:.1f} % "
         f"vs {who(worst)} {worst['final_test_acc'] * 100:.1f} %"
         + ("; beyond noise" if claim else "; within noise" if worst["repeats"] > 1 else "")
