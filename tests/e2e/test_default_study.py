@@ -16,6 +16,7 @@ import pytest
 import torch
 from helpers.bench import assert_kernel_rows
 from helpers.browser import open_offline
+from helpers.glossary import report_columns, undefined_in_glossary
 
 from dpstudy.analysis import comm_fit, tablefiles
 from dpstudy.analysis import floor as machine_floor
@@ -99,6 +100,13 @@ def test_the_report_answers_from_the_data_and_renders_offline_with_every_figure(
     assert figures == sorted([*outputs.FIGURES, "comm.png", "kernels.png"])
     assert page["blocked"] == [] and len(page["images"]) == len(figures) == 15
     assert all(done and width > 100 for done, width in page["images"])
+
+
+def test_every_column_the_report_shows_is_in_the_glossary(default_study):
+    page = (default_study.workdir / "results/report/report.html").read_text()
+    # the report's tables of settings, strategies, the scaling model, cells and microbenchmarks
+    assert {"samples/s [95 %]", "scaling model", "hidden by the step", "job"} <= report_columns(page)
+    assert undefined_in_glossary(page) == [], "define them in docs/glossary.md"
 
 
 def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):

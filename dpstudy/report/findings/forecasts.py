@@ -10,8 +10,9 @@ from dpstudy.report.findings.phrases import Tables, dataset_model, listed, not_m
 from dpstudy.report.text import significant
 
 INTRO = (
-    "Each DDP or FSDP setting below was forecast from the study's other settings of its workload, "
-    "its own cells never read (leave-one-out): a single device's step at the per-device batch (a "
+    "Each DDP or FSDP setting below was forecast from the study's other settings of its forecast "
+    "group (the same data, model and settings at any batch), its own cells never read "
+    "(leave-one-out): a single device's step at the per-device batch (a "
     "line through the measured batches), slowed by how much n ranks sharing this host slow one rank "
     "(from the other settings of its kind at n, or DDP's where none of its kind ran), plus the "
     "communication backward did not hide: DDP's all-reduce of each bucket, FSDP's all-gather and "
@@ -128,7 +129,7 @@ def forecasts(tables: Tables) -> str:
 def held_out(table) -> str:
     if table.empty:
         return not_measured(
-            "a forecast is checked on two or more DDP settings of one workload over 2 or more ranks, "
+            "a forecast is checked on two or more DDP settings of one forecast group over 2 or more ranks, "
             "beside its single-device settings and comm_bench's all-reduce"
         )
     errors = table["error"].abs()

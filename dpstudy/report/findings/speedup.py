@@ -77,7 +77,7 @@ def speedup_line(row, keys: list[str]) -> str:
 SPEEDUP_DEFINITION = (
     "A setting's speedup is the geometric mean of its repeats' throughput (samples/s in the steady "
     "window) over that of its single-device baseline (the same settings on one device), with a 95 % "
-    f"interval from a {stats.METHOD} (chosen because it holds its coverage at 3 repeats; see the README). "
+    f"interval from a {stats.METHOD} (chosen because it holds its coverage at 3 repeats; see docs/report.md). "
     "Efficiency is speedup per device. Noise is the coefficient of variation of throughput over the "
     "repeats, of the setting / of its baseline; a setting whose noise is larger than the effect it would "
     "claim is flagged."

@@ -65,10 +65,10 @@ def model_reason(rows: pd.DataFrame, keys: list[str], settings: pd.DataFrame) ->
     strategy most against n x."""
     predicted = rows.dropna(subset=["predicted_samples_per_s"])
     if len(predicted) < 2:
-        return "The model has too few of these strategies to rank (it needs a finished one-device baseline)."
+        return "The scaling model has too few of these strategies to rank (it needs a finished one-device baseline)."
     order = ", ".join(strategy_label(r, keys) for _, r in predicted.sort_values("model_rank").iterrows())
     if bool(rows["model_agrees"].iloc[0]):
-        head = f"The model orders them as measured, up to ties within noise: {order}."
+        head = f"The scaling model orders them as measured, up to ties within noise: {order}."
     else:
         wrong = [
             f"{strategy_label(r, keys)} beat {strategy_label(settings.loc[int(other)], keys)} beyond noise"
@@ -76,7 +76,7 @@ def model_reason(rows: pd.DataFrame, keys: list[str], settings: pd.DataFrame) ->
             if isinstance(r["model_misorders"], str)
             for other in r["model_misorders"].split()
         ]
-        head = f"The model orders them {order}, which the measurements contradict: {'; '.join(wrong)}."
+        head = f"The scaling model orders them {order}, which the measurements contradict: {'; '.join(wrong)}."
     losses = [
         f"{strategy_label(r, keys)}: {text(r['largest'])}, {significant(r['largest_s'])} s per epoch"
         for _, r in rows.iterrows()
@@ -101,7 +101,7 @@ def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
                 f"{or_na(significant)(m)} ({or_na(significant)(p)})"
                 for m, p in zip(rows["memory_mb"], rows["predicted_memory_mb"])
             ],
-            "model: samples/s (rank)": [
+            "scaling model: samples/s (rank)": [
                 "n/a" if pd.isna(v) else f"{significant(v)} ({whole(k)})"
                 for v, k in zip(rows["predicted_samples_per_s"], rows["model_rank"])
             ],

@@ -19,7 +19,7 @@ from dpstudy.report.findings.phrases import (
 from dpstudy.report.text import markdown_table, significant
 
 MODEL_INTRO = (
-    "The model rebuilds each multi-device epoch from parts measured elsewhere: the single-device "
+    "The scaling model rebuilds each multi-device epoch from parts measured elsewhere: the single-device "
     "cell's compute split n ways, the cell's own waiting for data, the collectives that keep the "
     "ranks in step (DDP's gradient all-reduce; FSDP's parameter all-gathers, twice with full "
     "sharding, and gradient reduce-scatter) from comm_bench's bus bandwidths minus what the step hid "
@@ -69,7 +69,7 @@ def why_not_n(tables: Tables) -> str:
 
     def line(r) -> str:
         return (
-            f"- {setting_name(r, keys)}: measured {measured(r)}, model {predicted(r)} of an "
+            f"- {setting_name(r, keys)}: measured {measured(r)}, scaling model {predicted(r)} of an "
             f"ideal {r['devices']}x. Largest loss: **{r['largest']}** ({significant(r['largest_s'])} s of a "
             f"{significant(r['measured_s'])} s epoch whose ideal is {significant(r['ideal_s'])} s)."
         )
@@ -86,7 +86,7 @@ def why_not_n(tables: Tables) -> str:
         {
             "setting": [setting_name(r, keys) for _, r in shown.iterrows()],
             "measured": [measured(r) for _, r in shown.iterrows()],
-            "model": shown["predicted_speedup"].map(or_na("{:.2f}x".format)),
+            "scaling model": shown["predicted_speedup"].map(or_na("{:.2f}x".format)),
             "epoch s (ideal)": [
                 f"{significant(m)} ({significant(i)})" for m, i in zip(shown["measured_s"], shown["ideal_s"])
             ],

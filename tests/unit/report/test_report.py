@@ -173,7 +173,7 @@ def test_the_model_names_the_largest_loss(tmp_path):
     )
     text = findings.why_not_n(tables)  # see test_scaling: 0.94 s of all-reduce, half hidden by the backward
     assert (
-        "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, model 1.47x of an ideal 2x. "
+        "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, scaling model 1.47x of an ideal 2x. "
         "Largest loss: **collectives (all-reduce, all-gather, reduce-scatter) the step did not hide** "
         "(0.940 s of a 4.00 s epoch whose ideal is 3.00 s)."
     ) in text
