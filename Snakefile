@@ -24,5 +24,5 @@ rule all:
     input:
         # Records are targets themselves: a deleted record reruns its cell even though the
         # report that was made from it still exists.
-        RECORDS,
+        STUDY.records,
         outputs.REPORT_HTML,

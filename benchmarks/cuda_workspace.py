@@ -1,5 +1,5 @@
 """What cuDNN's convolution workspaces add to a training step's allocator peak, against what the
-memory plan predicts for them (dpstudy.jobs.workspaces), on a GPU host.
+memory plan predicts for them (dpstudy.workflow.workspaces), on a GPU host.
 
     python benchmarks/cuda_workspace.py [--models simplecnn resnet18] [--batches 64 128 256 512 1024]
 
@@ -47,8 +47,8 @@ def predicted_mb(name: str, shape, batch: int) -> tuple[float, float]:
     """(the plan's lift of the step's peak by cuDNN's workspaces, the largest workspace) in MB."""
     import torch
 
-    from dpstudy.jobs import memory_plan, workspaces
     from dpstudy.study.spec import complete
+    from dpstudy.workflow import memory_plan, workspaces
 
     spec = complete({"dataset": "synthetic_rgb", "model": name, "mode": "single", "batch": batch, "device": "cuda"})
     parts, _, convs = memory_plan.tracked_fake_step(spec, shape, 10, batch)
@@ -102,7 +102,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("cuda_workspace: no CUDA device", file=sys.stderr)
         return 77
-    from dpstudy.jobs.workspaces import blas_workspaces_mb
+    from dpstudy.workflow.workspaces import blas_workspaces_mb
 
     blas = blas_workspaces_mb(torch.device("cuda", 0))  # first: before any other matrix product here
     rows = [row for name in args.models for row in measure(name, args.batches)]

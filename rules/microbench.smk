@@ -14,10 +14,12 @@ rule kernel_bench:
         "../envs/train.yaml"
     threads: workflow.cores
     resources:
-        gpu=1 if GPU_JOBS else 0,
+        gpu=STUDY.kernel_bench_gpus,
+    params:
+        ext=lambda wildcards, input: Path(input.ext).parent,
     shell:
         "OMP_NUM_THREADS={threads} python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
-        f" python scripts/kernel_bench.py --ext {outputs.EXT_DIR} --out {{output.csv:q}} --png {{output.png:q}}"
+        " python scripts/kernel_bench.py --ext {params.ext:q} --out {output.csv:q} --png {output.png:q}"
         " > {log:q} 2>&1"
 
 
@@ -33,10 +35,10 @@ rule comm_bench:
         "../envs/train.yaml"
     threads: workflow.cores
     resources:
-        gpu=comm_bench_gpus(GPU_JOBS, visible_gpu_count(), max(COMM_WORLD_SIZES)),
+        gpu=STUDY.comm_bench_gpus,
     params:
         # a param: a study that runs or forecasts another world size measures again
-        world_sizes=" ".join(map(str, COMM_WORLD_SIZES)),
+        world_sizes=" ".join(map(str, STUDY.comm_world_sizes)),
     shell:
         "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
         " python scripts/comm_bench.py --out {output.csv:q} --png {output.png:q}"
@@ -56,21 +58,21 @@ rule floor:
         f"{outputs.LOGS_DIR}/floor_r{{repeat}}.log",
     wildcard_constraints:
         repeat="[0-9]+",
-    priority: lambda wildcards: FLOOR_ROUNDS[int(wildcards.repeat)]
+    priority: floor_priority
     conda:
         "../envs/train.yaml"
-    threads: like_floor_cell(cell_threads)
+    threads: floor_threads
     resources:
-        gpu=like_floor_cell(cell_resource("gpu")),
-        gres=like_floor_cell(cell_resource("gres")),
-        cpus_per_task=like_floor_cell(cell_resource("cpus_per_task")),
-        cpus_per_gpu=like_floor_cell(cell_resource("cpus_per_gpu")),
-        mem_mb=like_floor_cell(cell_resource("mem_mb")),
-        runtime=like_floor_cell(cell_resource("runtime")),
+        gpu=floor_resource("gpu"),
+        gres=floor_resource("gres"),
+        cpus_per_task=floor_resource("cpus_per_task"),
+        cpus_per_gpu=floor_resource("cpus_per_gpu"),
+        mem_mb=floor_resource("mem_mb"),
+        runtime=floor_resource("runtime"),
     params:
-        device=lambda wildcards: floor_cell().spec["device"],
-        seconds=STUDY["bench"]["floor_seconds"],
-        cores=like_floor_cell(cell_resource("node_cores")),
+        device=lambda wildcards: STUDY.floor_cell.spec["device"],
+        seconds=STUDY.config["bench"]["floor_seconds"],
+        cores=floor_resource("node_cores"),
     shell:
         "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
         " python -m dpstudy.microbench.floor --repeat {wildcards.repeat} --seconds {params.seconds}"

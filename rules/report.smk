@@ -1,15 +1,8 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
-import json
 import os
-
-from dpstudy.study import predict
 
 TABLES = outputs.table_files()
 FIGURE_FILES = outputs.figure_files()
-# The microbenchmarks the study asks for (config `bench`), shown in the report.
-BENCH_FILES = [
-    outputs.bench_csv(name) for name in outputs.BENCHMARKS if STUDY["bench"][name]
-]
 
 
 # `--keep-going` (profiles/default sets it): collect, a local rule that inherits this, lists an
@@ -24,18 +17,18 @@ onstart:
 
 rule collect:
     input:
-        records=RECORDS,
+        records=STUDY.records,
         # the all-reduce bandwidth of the scaling model, when the study measures it
-        comm=[path for path in BENCH_FILES if path == outputs.bench_csv("comm")],
+        comm=STUDY.comm_files,
         # every cell's predicted memory, beside what the records measured
         plan=outputs.MEMORY_PLAN,
         # the machine's floor runs, the noise no cell can go below
-        floor=FLOOR_FILES,
+        floor=STUDY.floor_files,
         # The collect script and everything it imports, the training code included (collect
         # flags the cells made with older training code): editing training code reruns no
         # cell, but the tables and the report are redone. The same for the user's factories.
         code=code_files("scripts/collect.py"),
-        factories=USER_MODEL_FILES,
+        factories=STUDY.user_model_files,
     output:
         TABLES,
     log:
@@ -46,15 +39,12 @@ rule collect:
         comm=lambda wildcards, input: ["--comm", *input.comm] if input.comm else [],
         floor=lambda wildcards, input: ["--floor", *input.floor] if input.floor else [],
         # the study's predict: block, as the forecasts to make (a new one reruns collect alone)
-        predict=json.dumps(predict.requests(STUDY), sort_keys=True),
+        predict=STUDY.forecast_requests,
         # what a forecast must fit in: the study's budget (a new one reruns collect alone)
-        budget=(
-            ["--memory-budget-gib", str(STUDY["memory_budget_gib"])]
-            if STUDY["memory_budget_gib"]
-            else []
-        ),
+        budget=STUDY.budget_args("--memory-budget-gib"),
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        f"python scripts/collect.py --records {{input.records:q}} --out-dir {outputs.TABLES_DIR}"
+        "python scripts/collect.py --records {input.records:q} --out-dir {params.out_dir:q}"
         " {params.comm:q} --memory-plan {input.plan:q} {params.floor:q} --predict {params.predict:q}"
         " {params.budget:q}"
         " > {log:q} 2>&1"
@@ -73,8 +63,11 @@ rule figures:
         f"{outputs.LOGS_DIR}/figures.log",
     conda:
         "../envs/report.yaml"
+    params:
+        tables=lambda wildcards, input: Path(input.tables[0]).parent,
+        out=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        f"python scripts/figures.py --tables {outputs.TABLES_DIR} --out {outputs.FIGURES_DIR} > {{log:q}} 2>&1"
+        "python scripts/figures.py --tables {params.tables:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 # Short jobs that read and write a few files run where Snakemake runs, also under a cluster
@@ -92,13 +85,13 @@ rule study_config:
         outputs.STUDY_YAML,
     log:
         f"{outputs.LOGS_DIR}/study_config.log",
-    # the memory plan's input: first, with it (common.smk)
-    priority: BEFORE_CELLS
+    # the memory plan's input: first, with it (Study.before_cells)
+    priority: STUDY.before_cells
     params:
-        study=studies.JsonDict(STUDY),
+        study=sweeps.JsonDict(STUDY.config),
     run:
         # The study as it ran (every default filled in), shown at the end of the report.
-        studies.write_yaml(STUDY, output[0])
+        sweeps.write_yaml(STUDY.config, output[0])
 
 
 rule report:
@@ -107,7 +100,7 @@ rule report:
         study=outputs.STUDY_YAML,
         tables=TABLES,
         figures=FIGURE_FILES,
-        bench=BENCH_FILES,
+        bench=STUDY.bench_files,
         # The notebook's imports too: the report's prose is code of dpstudy.report.
         code=[
             *code_files("scripts/report.py", "notebooks/report.ipynb"),
@@ -121,8 +114,12 @@ rule report:
     conda:
         "../envs/report.yaml"
     params:
-        study=STUDY["study"],
+        study=STUDY.config["study"],
+        out_dir=lambda wildcards, output: Path(output.html).parent,
+        tables=lambda wildcards, input: Path(input.tables[0]).parent,
+        figures=lambda wildcards, input: Path(input.figures[0]).parent,
+        bench=bench_folder,
     shell:
-        f"python scripts/report.py --notebook {{input.notebook:q}} --out-dir {outputs.REPORT_DIR}"
-        f" --study {{params.study:q}} --config {{input.study:q}} --tables {outputs.TABLES_DIR}"
-        f" --figures {outputs.FIGURES_DIR} --bench {outputs.BENCH_DIR} > {{log:q}} 2>&1"
+        "python scripts/report.py --notebook {input.notebook:q} --out-dir {params.out_dir:q}"
+        " --study {params.study:q} --config {input.study:q} --tables {params.tables:q}"
+        " --figures {params.figures:q} --bench {params.bench:q} > {log:q} 2>&1"

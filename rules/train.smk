@@ -7,14 +7,12 @@ rule train:
         # ancient: re-preparing a registry dataset or rebuilding the extension does not rerun
         # the grid; a user's own dataset prepared anew does (cell_dataset).
         data=cell_dataset,
-        ext=lambda wc: [ancient(path) for path in cell_ext(wc)],
+        ext=cell_ext,
         # Only a study with memory_budget_gib waits for the memory plan, whose verdicts it
         # needs. ancient: a new prediction reruns no cell. Caveat (Snakemake 9): a job whose
         # only link to a rerunning job is an ancient input is not checked for its own params,
         # so under a budget a changed setting reruns its cells only with --forcerun.
-        plan=lambda wc: (
-            [ancient(outputs.MEMORY_PLAN)] if STUDY["memory_budget_gib"] else []
-        ),
+        plan=cell_memory_plan,
     output:
         outputs.record_path("{cell}"),
     log:
@@ -48,45 +46,42 @@ rule train:
         spec=cell_spec,
         plan=lambda wc, input: f"--memory-plan {input.plan}" if input.plan else "",
         # a param, so that another allocator reruns the cells (their numbers change)
-        allocator=STUDY["allocator"],
+        allocator=STUDY.config["allocator"],
+        out=lambda wildcards, output: Path(output[0]).parent,
     shell:
         # Every outcome the cell itself reports (ok, skipped, oom, failed) is a record and a
         # finished job; only a stopped job (cancelled, killed) leaves none.
         "exec python -m dpstudy.jobs.launch --spec {params.spec:q} --cell {wildcards.cell}"
-        f" --out {outputs.CELLS_DIR}/{{wildcards.cell}} --log {{log:q}} --gpus {{resources.node_gpus}}"
+        " --out {params.out:q} --log {log:q} --gpus {resources.node_gpus}"
         " --cores {resources.node_cores} --attempt {resources.attempt} --limit-s {resources.limit_s}"
         " --collective-timeout-s {resources.collective_timeout_s}"
         " --allocator {params.allocator} {params.plan}"
 
 
 # Every cell's peak memory per device, predicted where Snakemake plans (fake tensors; where that
-# host has a GPU, cuBLAS's and cuDNN's workspaces measured on it, dpstudy.jobs.workspaces),
+# host has a GPU, cuBLAS's and cuDNN's workspaces measured on it, dpstudy.workflow.workspaces),
 # and the cells predicted not to fit the study's memory_budget_gib.
 rule memory_plan:
     input:
         study=outputs.STUDY_YAML,
         code=code_files("scripts/memory_plan.py"),
         # a user dataset's shape and classes are its prepared data's
-        data=[dataset_meta(name) for name in USER_DATASETS],
-        factories=USER_MODEL_FILES,
+        data=STUDY.user_data_files,
+        factories=STUDY.user_model_files,
     output:
         outputs.MEMORY_PLAN,
     log:
         f"{outputs.LOGS_DIR}/memory_plan.log",
     # first among the jobs ready at the start, so that its table usually precedes training
-    priority: BEFORE_CELLS
+    priority: STUDY.before_cells
     conda:
         "../envs/train.yaml"
     resources:
         # a GPU of its own where it measures the workspaces: never beside a timed cell on it
-        gpu=plan_gpus(GPU_JOBS, visible_gpu_count(), GPU_BUDGET),
+        gpu=STUDY.memory_plan_gpus,
     params:
         # in the plan, not in the train jobs: a new budget reruns no cell that already ran
-        budget=(
-            f"--budget-gib {STUDY['memory_budget_gib']}"
-            if STUDY["memory_budget_gib"]
-            else ""
-        ),
+        budget=" ".join(STUDY.budget_args("--budget-gib")),
     shell:
         "python -m dpstudy.jobs.gpus --gpus {resources.gpu} --"
         " python scripts/memory_plan.py --study {input.study:q} --out {output:q} {params.budget}"

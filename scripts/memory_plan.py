@@ -1,5 +1,5 @@
 """Predict every cell's peak memory per device before any training, on this host, without the
-cells' hardware (dpstudy.jobs.memory_plan), into the memory plan CSV.
+cells' hardware (dpstudy.workflow.memory_plan), into the memory plan CSV.
 
     python scripts/memory_plan.py --study results/report/study.yaml --out results/plan/memory.csv [--budget-gib G]
 """
@@ -12,9 +12,9 @@ import sys
 import yaml
 
 from dpstudy.data import store
-from dpstudy.jobs import memory_plan
 from dpstudy.study import sweeps
 from dpstudy.util.errors import ConfigError
+from dpstudy.workflow import memory_plan
 
 
 def main(argv: list[str] | None = None) -> int:

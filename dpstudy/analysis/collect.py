@@ -39,7 +39,7 @@ def collect(
     unreadable: list[str] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """{"cells", "epochs", "ranks", "util", "memory_split"} tables from the records at
-    `record_paths`; `plan` is the memory plan (dpstudy.jobs.memory_plan) or None.
+    `record_paths`; `plan` is the memory plan (dpstudy.workflow.memory_plan) or None.
 
     A cell is stale when its record's code_version.source_hash differs from
     `current_code_version["source_hash"]` (see dpstudy.record.provenance.code_version), or its

@@ -1,5 +1,5 @@
 """Memory per device: the split each record measured (dpstudy.engine.memory) beside the memory
-plan's prediction (dpstudy.jobs.memory_plan), and how close the prediction came.
+plan's prediction (dpstudy.workflow.memory_plan), and how close the prediction came.
 
 memory_split: one row per cell and device (DP: each GPU; ddp, fsdp: each rank) of every cell the
   records or the plan know: the measured parts and peak (ok cells), on CUDA what the allocator

@@ -69,7 +69,7 @@ def split(snapshot: dict) -> dict[str, float]:
 
 def tracked(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step):
     """The tracker (tracker_for) after `step()`, one training step, ran under it: its peaks, and
-    per module the peaks inside each module's forward and backward (dpstudy.jobs.workspaces)."""
+    per module the peaks inside each module's forward and backward (dpstudy.workflow.workspaces)."""
     tracker = tracker_for(model, optimizer)
     with tracker:
         step()

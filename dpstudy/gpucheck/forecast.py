@@ -9,7 +9,7 @@ alone), up to its tables. Then, from those tables:
   calibrates t1), the throughput it gives at each batch between them against what that batch
   measured;
 - memory: the memory plan's allocator peak (made before training, on fake tensors, with cuBLAS's
-  and cuDNN's workspaces measured on this GPU: dpstudy.jobs.workspaces) against each cell's
+  and cuDNN's workspaces measured on this GPU: dpstudy.workflow.workspaces) against each cell's
   max_memory_allocated (memory_split, `against` allocator); then the forecast as
   dpstudy.analysis.forecast makes it, the plan plus what the allocator held beyond it on the
   model's other batches (their median: the library workspaces no fake step sees); and the cells
@@ -110,9 +110,9 @@ def edge_sweep(total_mb: float, predict=None) -> dict:
     at the largest multiple of EDGE_STEP whose need is at most EDGE_SHARE of the device. The plan's
     allocator peak is a line in the batch: two fake steps (`predict`, memory_plan.predict) give it,
     and the resident data is added for each batch's own dataset size."""
-    from dpstudy.jobs import memory_plan
     from dpstudy.study.budget import need_of
     from dpstudy.study.spec import complete
+    from dpstudy.workflow import memory_plan
 
     predict = predict or memory_plan.predict
     base = {"dataset": "synthetic", "model": "resnet18", "mode": "single", "device": "cuda", "optimizer": "adam"}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import os
 import shutil
@@ -46,7 +47,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-from dpstudy.jobs import exits, memory_plan, slurm, timelimit
+from dpstudy.jobs import exits, slurm, timelimit
 from dpstudy.jobs import gpus as gpu_pool
 from dpstudy.jobs.cell_command import TORCHRUN_LOGS, command
 from dpstudy.record import fields as record
@@ -112,7 +113,7 @@ class Launcher:
         if gap:  # no need to start torch to know
             self.write_record("skipped", gap)
             return 0
-        too_big = memory_plan.skip_reason(self.args.memory_plan, self.args.cell) if self.args.memory_plan else None
+        too_big = skip_reason(self.args.memory_plan, self.args.cell) if self.args.memory_plan else None
         if too_big:  # predicted not to fit the study's memory_budget_gib
             self.write_record("skipped", too_big)
             return 0
@@ -225,6 +226,14 @@ class Launcher:
         return previous["job_id"], previous.get("stdout")
 
 
+def skip_reason(path: str, cell: str) -> str | None:
+    """Why the memory plan at `path` keeps `cell` from launching, or None (also when it lacks the
+    cell). The plan is written where Snakemake plans (dpstudy.workflow.memory_plan); the cell's
+    job reads its own verdict here."""
+    with open(path, newline="") as f:
+        return next((row["skip"] for row in csv.DictReader(f) if row["cell"] == cell and row["skip"]), None)
+
+
 @contextlib.contextmanager
 def open_log(path: str, attempt: int) -> Iterator[IO[str]]:
     """The job's log: a new file for the first attempt, appended to for retries."""
@@ -246,7 +255,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--collective-timeout-s", type=float, help="timeout of the ranks' collectives (default: torch's)"
     )
-    parser.add_argument("--memory-plan", help="the memory plan CSV (dpstudy.jobs.memory_plan)")
+    parser.add_argument("--memory-plan", help="the memory plan CSV (dpstudy.workflow.memory_plan)")
     parser.add_argument(
         "--allocator", choices=allocator.CHOICES, default="auto", help="the study's allocator (dpstudy.util.allocator)"
     )

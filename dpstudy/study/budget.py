@@ -1,5 +1,5 @@
 """What a cell's device must have free, from its predicted allocator peak: the one formula of the
-memory plan's budget check (dpstudy.jobs.memory_plan) and of the forecasts' "will it fit"
+memory plan's budget check (dpstudy.workflow.memory_plan) and of the forecasts' "will it fit"
 (dpstudy.analysis.capacity, the report's figure). Kept apart from both so that the report's code
 does not reach the training code through the plan's fake steps.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 GIB = 1024  # MB per GiB
 # What a CUDA process holds beyond the allocator's tensors: the CUDA context and the libraries'
-# buffers (record memory.context_mb: 758-760 MB on an H100 under torch 2.11 and CUDA 13), and what
-# allocated_mb misses: 77-167 MB of cuDNN and cuBLAS workspaces where the plan had no GPU to measure
-# them, 6-24 MB where it had (`make gpu-check`, item forecast). Rounded up for other devices.
+# buffers (each CUDA cell records it: memory.context_mb), and what allocated_mb misses: cuDNN's
+# and cuBLAS's workspaces where the plan had no GPU to measure them (`make gpu-check`'s forecast
+# check reports both; docs/report.md quotes them). 1 GiB covers both with room on the GPUs measured.
 CUDA_RUNTIME_MB = 1024
 # The caching allocator rounds every block up and keeps segments that later blocks fragment: what
 # it must find free is more than the peak it hands out.

@@ -65,9 +65,9 @@ BENCHMARKS = ("kernels", "comm")
 REPORT_HTML = f"{REPORT_DIR}/report.html"
 REPORT_NOTEBOOK = f"{REPORT_DIR}/report.ipynb"
 STUDY_YAML = f"{REPORT_DIR}/study.yaml"
-# Every cell's predicted peak memory per device, written before any training (dpstudy.jobs.memory_plan).
+# Every cell's predicted peak memory per device, written before any training (dpstudy.workflow.memory_plan).
 MEMORY_PLAN = f"{RESULTS}/plan/memory.csv"
-# The last check of the study's own models and data that passed (dpstudy.jobs.usercheck).
+# The last check of the study's own models and data that passed (dpstudy.workflow.usercheck).
 USER_CHECK = f"{RESULTS}/plan/user_check.json"
 
 

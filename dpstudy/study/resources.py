@@ -37,7 +37,7 @@ def comm_bench_gpus(gpu_jobs: bool, visible_gpus: int, wanted: int = 2) -> int:
 
 def plan_gpus(gpu_jobs: bool, visible_gpus: int, gpu_budget: int | None) -> int:
     """GPUs the memory plan reserves: one where jobs reserve GPUs and this host shows one within
-    --resources gpu, for the libraries' workspaces (dpstudy.jobs.workspaces), which it measures on that
+    --resources gpu, for the libraries' workspaces (dpstudy.workflow.workspaces), which it measures on that
     GPU: reserved, so that it never runs beside a timed cell on the same GPU. 0 elsewhere (a
     login node, a CPU study): the plan then leaves the workspaces out and says so."""
     return int(gpu_jobs and visible_gpus > 0 and (gpu_budget is None or gpu_budget >= 1))

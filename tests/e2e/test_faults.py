@@ -20,7 +20,7 @@ import yaml
 from helpers import REPO
 from helpers.workflow import BIN, snakemake
 
-from dpstudy.jobs.planning import plan
+from dpstudy.workflow.planning import load_study
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ WITH_FAULTS = {
         for sweep in FAULT_SWEEPS
     ],
 }
-CELLS = plan(WITH_FAULTS, user_check=None, visible_gpus=0, capabilities=[]).cells
+CELLS = load_study(WITH_FAULTS, user_check=None, visible_gpus=0, capabilities=[]).cells
 (HUNG,), (KILLED,), (DIVERGING,) = ([c.id for c in CELLS if c.sweep == s["name"]] for s in FAULT_SWEEPS)
 DEFAULT_CELLS = sorted(c.id for c in CELLS if c.sweep == DEFAULT["sweeps"][0]["name"])
 TRUNCATED = DEFAULT_CELLS[0]
@@ -55,7 +55,9 @@ WITH_DISK = {
     **WITH_FAULTS,
     "sweeps": [*WITH_FAULTS["sweeps"], {"dataset": "synthetic", "model": "lenet", **DISK_SWEEP}],
 }
-(DISK,) = [c.id for c in plan(WITH_DISK, user_check=None, visible_gpus=0, capabilities=[]).cells if c.sweep == "disk"]
+(DISK,) = [
+    c.id for c in load_study(WITH_DISK, user_check=None, visible_gpus=0, capabilities=[]).cells if c.sweep == "disk"
+]
 INJECTED = {"DPSTUDY_INJECT_FAULT": f"hang:1:1:3@{HUNG},kill:1:1:3@{KILLED}"}
 RUN = ("--cores", "2", "--resources", "gpu=2")
 

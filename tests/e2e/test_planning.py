@@ -2,9 +2,10 @@
 switch keeps a source grid on generated data, bad configs fail naming the key, cells beyond the
 GPU budget are left out with one warning, and a cell skipped before torch starts takes one core.
 
-Planning is dpstudy.jobs.planning.plan, which rules/common.smk calls: the checks of what it decides
-run in process; real `snakemake -n` runs prove the wiring (a ConfigError is Snakemake's "invalid
-study config" before any job; the configs it merges are the ones planned here; the DAG builds)."""
+Planning is dpstudy.workflow.planning.load_study, which rules/common.smk calls: the checks of what
+it decides run in process (tests/unit/workflow/test_load_study.py, and here); real `snakemake -n`
+runs prove the wiring (a ConfigError is Snakemake's "invalid study config" before any job; the
+configs it merges are the ones planned here; the DAG builds)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from helpers.workflow import copy_checkout, dry_run, planned, snakemake
 from snakemake.utils import update_config
 
 from dpstudy.jobs.gpus import visible_gpu_count
-from dpstudy.jobs.planning import plan
 from dpstudy.util import allocator
 from dpstudy.util.errors import ConfigError
+from dpstudy.workflow.planning import load_study
 
 STUDIES = ["config.yaml", *sorted(f"studies/{p.name}" for p in (REPO / "config/studies").glob("*.yaml"))]
 SOURCE_STUDIES = sorted(f"studies/{p.name}" for p in (REPO / "config/studies").glob("s00*.yaml"))
@@ -53,7 +54,8 @@ def merged(*files: str) -> dict:
 
 def cell_ids(*files: str) -> list[str]:
     config = merged(*files)
-    return [c.id for c in plan(config, [str(REPO / files[0])], user_check=None, visible_gpus=0, capabilities=[]).cells]
+    study = load_study(config, [str(REPO / files[0])], user_check=None, visible_gpus=0, capabilities=[])
+    return [c.id for c in study.cells]
 
 
 @pytest.fixture
@@ -119,7 +121,7 @@ BAD_CONFIGS = [
 @pytest.mark.parametrize("change, message", BAD_CONFIGS)
 def test_bad_configs_are_refused_naming_the_key(change, message):
     with pytest.raises(ConfigError) as refused:
-        plan(bad(change), user_check=None, visible_gpus=0, capabilities=[])
+        load_study(bad(change), user_check=None, visible_gpus=0, capabilities=[])
     assert message in str(refused.value)
 
 
@@ -127,12 +129,12 @@ def test_an_allocator_this_host_lacks_is_refused_before_any_job(monkeypatch):
     monkeypatch.setattr(allocator, "find_library", lambda name: None)  # a host without jemalloc or tcmalloc
     for name, package in (("jemalloc", "libjemalloc2"), ("tcmalloc", "libtcmalloc-minimal4")):
         with pytest.raises(ConfigError) as refused:
-            plan({**SMALL, "allocator": name}, user_check=None, visible_gpus=0, capabilities=[])
+            load_study({**SMALL, "allocator": name}, user_check=None, visible_gpus=0, capabilities=[])
         message = str(refused.value)
         assert f"allocator: '{name}': no lib{name}" in message and f"apt-get install {package}" in message
         assert "choose auto, glibc or system" in message
     # auto, glibc and system need no library
-    assert plan({**SMALL, "allocator": "auto"}, user_check=None, visible_gpus=0, capabilities=[]).allocator == (
+    assert load_study({**SMALL, "allocator": "auto"}, user_check=None, visible_gpus=0, capabilities=[]).allocator == (
         allocator.Setup("glibc", variables=allocator.GLIBC_KEEP)
     )
 

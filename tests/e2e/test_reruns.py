@@ -27,7 +27,7 @@ from helpers.workflow import (
     wait_until_gone,
 )
 
-from dpstudy.jobs.planning import plan
+from dpstudy.workflow.planning import load_study
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ DEFAULT = yaml.safe_load((REPO / "config/config.yaml").read_text())
 
 def cell_ids(config: dict, sweep: str | None = None) -> set[str]:
     """The cells the workflow plans for `config` (of one sweep), planned in process."""
-    cells = plan(config, user_check=None, visible_gpus=0, capabilities=[]).cells
+    cells = load_study(config, user_check=None, visible_gpus=0, capabilities=[]).cells
     return {cell.id for cell in cells if sweep is None or cell.sweep == sweep}
 
 
@@ -123,7 +123,7 @@ def edited(path: Path):
         ("dpstudy/analysis/stats.py", AGGREGATIONS),
         ("dpstudy/report/figures/layout.py", {"figures", "report", "all"}),
         ("dpstudy/report/text.py", {"figures", "report", "all"}),
-        ("dpstudy/report/findings/scaling.py", {"report", "all"}),
+        ("dpstudy/report/findings/speedup.py", {"report", "all"}),
     ],
 )
 def test_an_edit_reruns_exactly_the_rules_that_run_the_code(default_study, module, rules):

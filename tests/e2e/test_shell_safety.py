@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from helpers.workflow import copy_checkout, planned, snakemake
 
-from dpstudy.jobs.planning import plan
 from dpstudy.util.errors import ConfigError
+from dpstudy.workflow.planning import load_study
 
 # Shell code that creates the sentinel {s}, in each way a value could break out of a command.
 INJECTIONS = {
@@ -213,10 +213,10 @@ def planted(case: str, sentinels: Path) -> tuple[dict, str]:
 
 @pytest.mark.parametrize("case", REJECTED)
 def test_the_study_loader_rejects_the_value_naming_its_key(case, sentinels):
-    # What the workflow plans with (dpstudy.jobs.planning, called by rules/common.smk), in process.
+    # What the workflow plans with (dpstudy.workflow.planning, called by rules/common.smk), in process.
     config, key = planted(case, sentinels)
     with pytest.raises(ConfigError) as refused:
-        plan(config, user_check=None, visible_gpus=0, capabilities=[])
+        load_study(config, user_check=None, visible_gpus=0, capabilities=[])
     assert key in str(refused.value)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 import yaml
 from helpers import REPO
+from helpers.glossary import report_columns, undefined_in_glossary
 from helpers.records import make_record, render_report
 from snakemake.utils import update_config
 
-from dpstudy.jobs.planning import plan
 from dpstudy.report import sources
+from dpstudy.workflow.planning import load_study
 
 FILES = ("config/studies/s004_stl10_ddp.yaml", "config/stand_in.yaml")
 NCCL_ON_CPU = "backend nccl needs CUDA GPUs; on CPU only gloo runs"  # dpstudy.study.spec.hardware_gap's
@@ -27,7 +28,7 @@ def planned_records() -> tuple[list[dict], dict]:
     for name in FILES:
         update_config(config, yaml.safe_load((REPO / name).read_text()))
     records = []
-    for cell in plan(config, [str(REPO / FILES[0])], user_check=None, visible_gpus=0, capabilities=[]).cells:
+    for cell in load_study(config, [str(REPO / FILES[0])], user_check=None, visible_gpus=0, capabilities=[]).cells:
         keys = {k: v for k, v in cell.spec.items() if k not in ("data_root", "code_path")}
         if keys["backend"] == "nccl":
             records.append(make_record("skipped", reason=NCCL_ON_CPU, **keys))
@@ -49,3 +50,5 @@ def test_a_source_study_on_stand_in_data_reports_side_by_side(tmp_path, python3_
     assert len(questions) == 6
     for question in questions:  # every comparison of sources.yaml for s004 has its row
         assert html.count(f"<td>{question}</td>") == 1, question
+    # the side-by-side table's columns are the glossary's, as every other table's
+    assert "question" in report_columns(html) and undefined_in_glossary(html) == []

@@ -417,8 +417,8 @@ def test_fsdp_in_bf16_with_batchnorm_and_uneven_test_shards(tmp_path):
 @pytest.mark.slow
 def test_memory_split_is_recorded_and_predicted_before_training(parity_runs):
     """Every rank's tracked step against the memory plan's fake-tensor prediction of the same cell
-    (dpstudy.jobs.memory_plan): the issue's target is 15 %; FSDP holds 1/n of the parameters."""
-    from dpstudy.jobs import memory_plan
+    (dpstudy.workflow.memory_plan): the issue's target is 15 %; FSDP holds 1/n of the parameters."""
+    from dpstudy.workflow import memory_plan
 
     params_mb = models.cost("lenet", 1, 28)["params"] * 4 / 2**20
     for name, rec in parity_runs.items():

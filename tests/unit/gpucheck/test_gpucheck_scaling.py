@@ -13,7 +13,7 @@ from helpers.records import CURRENT, comm_fit, make_record
 from dpstudy.analysis import stats
 from dpstudy.analysis.tables import cells_table
 from dpstudy.gpucheck import registry, scaling, summary, worker
-from dpstudy.jobs.planning import plan
+from dpstudy.workflow.planning import load_study
 
 FIXED_S, PER_SAMPLE_S = 2e-3, 5e-5  # one device's step: t1(b) = FIXED_S + PER_SAMPLE_S b
 SHARE_AT_2 = 1.2  # two ranks' slow-down on the shared host; grows linearly with the ranks
@@ -67,7 +67,7 @@ def tables(four_gpus_slower: float = 1.0) -> dict[str, pd.DataFrame]:
 def test_settings_beyond_two_gpus_are_forecast_from_one_and_two_alone():
     result = scaling.evaluate(tables())
     (row,) = result["data"]["forecasts"]
-    assert (row["strategy"], row["devices"], row["global_batch"]) == ("ddp", 4, GLOBAL)
+    assert (row["scheme"], row["devices"], row["global_batch"]) == ("ddp", 4, GLOBAL)
     assert row["predicted_samples_per_s"] == pytest.approx(GLOBAL / ddp_step(4), rel=0.01)
     assert row["how"] == "extrapolated" and "4 ranks extrapolated from 2" in row["basis"] and row["inside"]
     figures = result["figures"]
@@ -105,7 +105,7 @@ def test_the_study_runs_every_power_of_two_and_the_visible_count_with_their_per_
     assert grids["ddp"] == {"mode": ["ddp"], "gpus": [2, 4, 8], "batch": [1024], "backend": ["nccl"]}
     assert grids["fsdp"]["shard"] == ["full"] and grids["fsdp"]["gpus"] == [2, 4, 8]
     # a study the loader accepts (every key and value valid), planned as on an 8-GPU host
-    cells = plan(scaling.study(8), user_check=None, visible_gpus=8, capabilities=[(9, 0)] * 8).cells
+    cells = load_study(scaling.study(8), user_check=None, visible_gpus=8, capabilities=[(9, 0)] * 8).cells
     runs = {(c.spec["mode"], c.spec["gpus"], c.spec["batch"]) for c in cells}
     assert runs == {("single", 1, b) for b in (128, 256, 512, 1024)} | {
         (mode, n, 1024) for mode in ("ddp", "fsdp") for n in (2, 4, 8)

@@ -4,24 +4,31 @@ Snakemake's job rate limiter (`--max-jobs-per-timespan`, default 100/1s, always 
 run) ends every scheduling round by starting a timer that wakes the scheduler one timespan later,
 and each wake-up is a round that starts another: every job that finishes adds a wake-up chain that
 never ends (snakemake 9.27.1, JobScheduler._schedule_reevalutation; upstream discussion in
-snakemake/snakemake#3744). Measured on the default study here (55 jobs, 2 cores): 10,086 rounds
-in 300 s, each starting a thread and checking every ready job's inputs, about 30 CPU-s of
-Snakemake's own process, spent while the timed cells ran: their records' `other_load` read
-0.11 cores in the median epoch. With one pending wake-up: 288 rounds, 11 CPU-s, `other_load`
-0.054 cores, the study 250 s and 317 CPU-s against 309 s and 398 CPU-s.
+snakemake/snakemake#3744). Measured on 2026-11-27, the default study (55 jobs) back to back on
+a 2-core CPU host: 10,086 rounds in 300 s, each starting a thread and checking every ready job's
+inputs, about 30 CPU-s of Snakemake's own process, spent while the timed cells ran: their
+records' `other_load` read 0.11 cores in the median epoch. With one pending wake-up: 288 rounds,
+11 CPU-s, `other_load` 0.054 cores, the study 250 s and 317 CPU-s against 309 s and 398 CPU-s.
 
 `coalesce()` replaces the method by one that keeps at most one timer pending (a later request
 that is due sooner still gets its own): the rate limit still wakes the scheduler once per
 timespan while it holds jobs back, and a finished job still wakes it at once. The timer is a
 daemon thread, so that Snakemake no longer waits for it at exit.
+
+The method is private: the patch is made only on the Snakemake it was written for and measured
+with (WRITTEN_FOR, the version the lock pins). On another version coalesce() changes nothing and
+says so once; tests/unit/workflow/test_wakeups.py fails until the method has been re-read and
+the patch re-measured on the new version.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 PENDING = "_dpstudy_pending_wakeup"  # (due, timer) on the scheduler
+WRITTEN_FOR = "9.27.1"  # the Snakemake whose JobScheduler._schedule_reevalutation this replaces
 
 
 def schedule_once(scheduler, delay: float) -> None:
@@ -39,9 +46,32 @@ def schedule_once(scheduler, delay: float) -> None:
     timer.start()
 
 
-def coalesce() -> bool:
+def installed_version() -> str | None:
+    """The installed Snakemake's version, or None without Snakemake."""
+    try:
+        import snakemake
+    except ImportError:
+        return None
+    return snakemake.__version__
+
+
+def coalesce(warn: Callable[[str], None] | None = None) -> bool:
     """Install schedule_once on Snakemake's JobScheduler; False (nothing changed) where this
-    Snakemake has no such method."""
+    Snakemake is not the one the patch was written for (one warning, through `warn`: Snakemake's
+    logger unless given) or has no such method."""
+    version = installed_version()
+    if version is None:
+        return False
+    if version != WRITTEN_FOR:
+        if warn is None:
+            from snakemake.logging import logger
+
+            warn = logger.warning
+        warn(
+            f"dpstudy: Snakemake {version} is not {WRITTEN_FOR}, which dpstudy.workflow.wakeups was "
+            "written for: its scheduler is left as it is (it may wake many times a second while cells run)"
+        )
+        return False
     try:
         from snakemake.scheduling.job_scheduler import JobScheduler
     except ImportError:

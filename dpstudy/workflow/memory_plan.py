@@ -1,5 +1,6 @@
 """Before any training: every cell's peak memory per device, predicted where Snakemake plans,
-without the cell's hardware, and the check that keeps a cell predicted not to fit from launching.
+without the cell's hardware, and the verdict that keeps a cell predicted not to fit from launching
+(read by the cell's own job: dpstudy.jobs.launch.skip_reason).
 
 The prediction runs the cell's own Trainer on fake tensors (FakeTensorMode: shapes, dtypes and
 devices, no data, no kernels): it builds the model, wraps it as the mode does and takes two
@@ -100,7 +101,7 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
 
 
 def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float | None:
-    """MB the libraries' workspaces add to a CUDA cell's step peak (dpstudy.jobs.workspaces):
+    """MB the libraries' workspaces add to a CUDA cell's step peak (dpstudy.workflow.workspaces):
     cuBLAS's, which the process keeps, and how far cuDNN's lift the step's peak; measured on the
     GPU the plan reserved (rule memory_plan). None where the cell does not run on CUDA, this
     process sees no GPU (a plan made on a cluster's login node: the part the plan says it cannot
@@ -110,7 +111,7 @@ def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float
     if spec["device"] == "cpu" or not torch.cuda.is_available():
         return None
     from dpstudy.engine.train import AMP_DTYPES
-    from dpstudy.jobs import workspaces
+    from dpstudy.workflow import workspaces
 
     amp_dtype, device = AMP_DTYPES.get(spec["precision"]), torch.device("cuda", 0)
     try:
@@ -152,7 +153,7 @@ def allocated(
 def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, batch: int) -> tuple[dict, float, list]:
     """The tracker's split of one fake training step of the cell's model (dpstudy.engine.memory),
     the MB of one copy of its gradients, and its convolutions with the tracker's peaks around
-    them (dpstudy.jobs.workspaces.ConvAt)."""
+    them (dpstudy.workflow.workspaces.ConvAt)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -160,7 +161,7 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
     from dpstudy.engine import memory
     from dpstudy.engine.modes import MODES
     from dpstudy.engine.train import Trainer
-    from dpstudy.jobs import workspaces
+    from dpstudy.workflow import workspaces
 
     world = specs.devices(spec)
     sharded = spec["mode"] == "fsdp"
@@ -276,9 +277,3 @@ def over_budget(need: float, parts: str, budget_gib: float) -> str | None:
     if need <= budget_gib * GIB:
         return None
     return f"predicted {need / GIB:.2f} GiB ({parts}) > {budget_gib:g} GiB per device {BUDGET_MARK}"
-
-
-def skip_reason(path: str, cell: str) -> str | None:
-    """Why the plan at `path` keeps `cell` from launching, or None (also when it lacks the cell)."""
-    with open(path, newline="") as f:
-        return next((row["skip"] for row in csv.DictReader(f) if row["cell"] == cell and row["skip"]), None)

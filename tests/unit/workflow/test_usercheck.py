@@ -1,4 +1,4 @@
-"""The check of a study's own models and data before any job (dpstudy.jobs.usercheck): a real
+"""The check of a study's own models and data before any job (dpstudy.workflow.usercheck): a real
 child process builds each model for its dataset and runs a batch; every problem is one error
 naming the sweep, the setting and the cause; a passed check is remembered."""
 
@@ -11,9 +11,9 @@ import textwrap
 import pytest
 from PIL import Image
 
-from dpstudy.jobs import usercheck
 from dpstudy.study import sweeps
 from dpstudy.util.errors import ConfigError
+from dpstudy.workflow import usercheck
 
 NETS = """
 from torch import nn

@@ -1,4 +1,4 @@
-"""Snakemake's scheduler woken once per pending wake-up (dpstudy.jobs.wakeups), not once more per
+"""Snakemake's scheduler woken once per pending wake-up (dpstudy.workflow.wakeups), not once more per
 finished job: the timers in process, and a real Snakemake run with and without."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from helpers import REPO
 
-from dpstudy.jobs import wakeups
+from dpstudy.workflow import wakeups
 
 
 def scheduler():
@@ -45,21 +45,45 @@ def test_a_request_due_sooner_than_the_pending_one_gets_its_own():
     assert releases(s, 0.6) == 1  # and the first, at its time
 
 
+def test_the_installed_snakemake_is_the_one_the_patch_was_written_for():
+    # A new Snakemake leaves its scheduler unpatched (below): read the new
+    # JobScheduler._schedule_reevalutation, measure the default study's rounds again, then move on.
+    installed = wakeups.installed_version()
+    assert installed == wakeups.WRITTEN_FOR, (
+        f"snakemake {installed} is installed, dpstudy.workflow.wakeups was written for {wakeups.WRITTEN_FOR}: "
+        "re-read JobScheduler._schedule_reevalutation, re-measure the scheduler's wake-ups (the module's "
+        "docstring) and update WRITTEN_FOR"
+    )
+
+
 def test_coalesce_replaces_snakemakes_method():
     from snakemake.scheduling.job_scheduler import JobScheduler
 
     original = JobScheduler._schedule_reevalutation
+    warnings = []
     try:
-        assert wakeups.coalesce() and JobScheduler._schedule_reevalutation is wakeups.schedule_once
+        assert wakeups.coalesce(warn=warnings.append) and JobScheduler._schedule_reevalutation is wakeups.schedule_once
     finally:
         JobScheduler._schedule_reevalutation = original
+    assert warnings == []
+
+
+def test_on_another_snakemake_coalesce_changes_nothing_and_says_so_once(monkeypatch):
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    monkeypatch.setattr(wakeups, "installed_version", lambda: "99.0.0")
+    original = JobScheduler.__dict__["_schedule_reevalutation"]
+    warnings = []
+    assert wakeups.coalesce(warn=warnings.append) is False
+    assert JobScheduler.__dict__["_schedule_reevalutation"] is original
+    assert len(warnings) == 1 and "Snakemake 99.0.0" in warnings[0] and f"is not {wakeups.WRITTEN_FOR}" in warnings[0]
 
 
 SNAKEFILE = """
 import atexit, sys
 sys.path.insert(0, {repo!r})
 from snakemake.scheduling.job_scheduler import JobScheduler
-from dpstudy.jobs import wakeups
+from dpstudy.workflow import wakeups
 {patch}
 # every scheduling round finishes the jobs done since the last one: count the rounds
 finish, rounds = JobScheduler._finish_jobs, []

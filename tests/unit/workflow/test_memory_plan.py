@@ -1,11 +1,12 @@
-"""The memory plan (dpstudy.jobs.memory_plan): fake-tensor predictions per mode, the plan's rows and
+"""The memory plan (dpstudy.workflow.memory_plan): fake-tensor predictions per mode, the plan's rows and
 the budget check. The prediction against a real tracked step is tests/unit/engine/test_train.py's
 test_memory_split_is_recorded_and_predicted_before_training."""
 
 import pytest
 
-from dpstudy.jobs import memory_plan
+from dpstudy.jobs import launch
 from dpstudy.study.spec import complete
+from dpstudy.workflow import memory_plan
 
 LENET = complete({"dataset": "synthetic", "model": "lenet", "mode": "single", "batch": 64})
 PARAMS_MB = 0.404945  # LeNet's 106,154 fp32 parameters (dpstudy.models.cost)
@@ -108,9 +109,9 @@ def test_the_plan_predicts_each_setting_once_and_says_why_a_cell_was_not(tmp_pat
     )
     path = tmp_path / "plan" / "memory.csv"
     memory_plan.write_plan(budgeted, str(path))
-    assert memory_plan.skip_reason(str(path), "a-r1") == skip
-    assert memory_plan.skip_reason(str(path), "bad") is None
-    assert memory_plan.skip_reason(str(path), "not-in-the-plan") is None
+    assert launch.skip_reason(str(path), "a-r1") == skip
+    assert launch.skip_reason(str(path), "bad") is None
+    assert launch.skip_reason(str(path), "not-in-the-plan") is None
 
 
 def test_a_model_whose_initialiser_reads_values_is_predicted():

@@ -1,4 +1,4 @@
-"""cuDNN's workspaces in the memory plan (dpstudy.jobs.workspaces): the convolutions a fake step
+"""cuDNN's workspaces in the memory plan (dpstudy.workflow.workspaces): the convolutions a fake step
 runs, with the tracker's peaks around them, and how far their workspaces lift the step's peak.
 On a GPU, the lift the plan predicts against what cuDNN adds to a real step."""
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from dpstudy.jobs import memory_plan, workspaces
 from dpstudy.study.spec import complete
+from dpstudy.workflow import memory_plan, workspaces
 
 CUDA = torch.cuda.is_available()
 
@@ -139,7 +139,7 @@ def test_on_a_gpu_the_predicted_lift_is_what_cudnn_adds_to_a_real_step(batch):
 PLAN_THEN_STEP = """
 import json, sys, torch
 import torch.nn.functional as F
-from dpstudy.jobs import memory_plan
+from dpstudy.workflow import memory_plan
 from dpstudy.models.simplecnn import SimpleCNN
 from dpstudy.study.spec import complete
 batch = int(sys.argv[1])

@@ -102,7 +102,7 @@ def check(
 def run_child(work: dict[str, Any], python: str) -> list[str]:
     try:
         done = subprocess.run(
-            [python, "-m", "dpstudy.jobs.usercheck"],
+            [python, "-m", "dpstudy.workflow.usercheck"],
             input=json.dumps(work),
             capture_output=True,
             text=True,
