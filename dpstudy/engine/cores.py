@@ -3,12 +3,11 @@
 A CPU cell owns the machine (the workflow gives it every core), so rank r takes the r-th block of
 the cores it may use. GPU cells share the host: a rank driving GPU g takes a block inside g's share
 of the host's cores (its cores / its GPUs), so that cells on different GPUs never share a core. A
-CUDA rank's Python thread is what launches the kernels: left free to migrate among all the cores,
-a small model's step rate moved 11.7 % between windows of one run on an H100 host, against 6.3 %
-pinned to one core; on another day 13.9 % between runs free against 3.5 % pinned, pinned 19 %
-faster (benchmarks/cuda_noise.py). What pinning leaves is the host core's own speed: a fixed
-pure-Python loop on the pinned core moved 6-25 % between the same windows, while the same step
-as one CUDA graph (no launches) moved 0.04 % between runs.
+CUDA rank's Python thread is what launches the kernels: left free to migrate among all the cores, a
+small model's step rate varied about twice as much as pinned to one core, and ran slower
+(benchmarks/cuda_noise.py measures both; docs/report.md quotes them). What pinning leaves is the
+host core's own speed, which moves a fixed pure-Python loop as much, while the same step as one
+CUDA graph (no launches) does not move.
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ class TorchLoader:
 # and gathers, augments and normalises a block of batches at once (BLOCK_BYTES of float images),
 # so a batch costs a slice, never per-sample Python work. Every step is per sample, so a block
 # gives the same values as batch by batch; on a GPU it cuts the ~25 kernel launches each batch
-# cost (19 % of LeNet's epoch on an H200, whose host launches ~150,000 operators a second).
+# cost, a large share of a small model's epoch on a fast GPU whose host launches are its bound
+# (benchmarks/loader.py).
 BLOCK_BYTES = 4 << 20  # small enough to stay in a CPU's cache between preparing and training
 
 

@@ -100,9 +100,9 @@ def dispatch(device: torch.device) -> Workload:
 
 
 # The gauge inside a cell, after each epoch's evaluation and outside every timed step: one turn
-# (SLICE_S) of each part. Small matmuls, and on a CPU copies of a buffer twice the size of
-# this VM's 32 MiB L3 together with its target: a LeNet cell slowed by 20 % for two epochs while the
-# matmuls and the dispatch read normal, and the floor's copies were its noisiest part. No copies on
+# (SLICE_S) of each part. Small matmuls, and on a CPU copies of a 32 MiB buffer (a server CPU's L3)
+# together with its target: a LeNet cell slowed for two epochs while the matmuls and the dispatch
+# read normal, and the floor's copies were its noisiest part (benchmarks/noise_source.py). No copies on
 # a GPU: their buffers would stay in the caching allocator's reserve.
 IN_CELL_MATMUL_N = {"cpu": 256, "cuda": 1024}
 IN_CELL_COPY_BYTES = 32 * 2**20

@@ -1,9 +1,10 @@
 """The memory allocator a cell's processes run with, chosen by the launcher and read back by each rank.
 
 glibc's malloc hands a training step's large activations back to the OS when they are freed and
-faults them in again at the next step: measured here, a LeNet cell's throughput moved by 10 % run
-to run with it, by 2 % with jemalloc preloaded or glibc told to keep its memory (PyTorch's tuning
-guide recommends jemalloc or TCMalloc for the same reason). The study's `allocator` names the
+faults them in again at the next step: a CPU cell's throughput then varies several times more from
+run to run than with jemalloc preloaded or glibc told to keep its memory (benchmarks/noise_floor.py
+measures it; docs/report.md quotes the figures). PyTorch's tuning guide recommends jemalloc or
+TCMalloc for the same reason. The study's `allocator` names the
 set-up:
 
 - jemalloc, tcmalloc: the library through LD_PRELOAD, found by `ldconfig -p` (Debian:
