@@ -34,13 +34,20 @@ WITH_TORCH ?=
 RUN_PACKAGES := libjemalloc2
 SYSTEM_PACKAGES := $(RUN_PACKAGES) slurmctld slurmd slurm-client munge chromium
 
-.PHONY: setup wheelhouse lock run-packages system-packages lint test test-fast run example gpu-check clean
+.PHONY: setup docs wheelhouse lock run-packages system-packages lint test test-fast run example gpu-check clean
 
 # Quick and silent when .venv is up to date; (re)installs when pyproject.toml or the lock changed.
 setup:
 	@$(PYTHON) scripts/setup_venv.py setup --venv $(VENV) $(if $(EXTRAS),--extras $(EXTRAS)) \
 		$(if $(TORCH),--torch $(TORCH)) $(if $(WHEELS),--wheels $(WHEELS)) \
 		$(if $(INSTALLER),--installer $(INSTALLER))
+
+# docs/config.md, the study config reference, from dpstudy/study/schema.yaml, and docs/record.md,
+# the record reference, from dpstudy/record/fields.py (tests/unit/test_docs.py fails while either is
+# not current).
+docs: setup
+	$(BIN)/python -m dpstudy.study.reference --out docs/config.md
+	$(BIN)/python -m dpstudy.record.reference --out docs/record.md
 
 wheelhouse:
 	$(PYTHON) scripts/setup_venv.py wheelhouse --dest $(or $(WHEELS),wheelhouse) \

@@ -1,7 +1,7 @@
-"""record.json (docs/design.md, record.json): the schema every stage reads, and atomic writing.
-
-A record exists only when finished: it is written to a temporary file in the same folder and
-renamed into place, so a killed job never leaves a half-written record behind.
+"""record.json (docs/record.md): RECORD_SCHEMA, the schema every stage reads, made of the parts'
+fields (dpstudy.record.schema), and the record's making, atomic writing and reading. What a field
+means is its `description` (docs/record.md is rendered from them), how a record is written the
+schema's own.
 """
 
 from __future__ import annotations
@@ -12,176 +12,133 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from dpstudy.record.schema import (
+    ALLOCATOR_PARTS,
+    ALLOCATOR_SPLIT,
+    BUDGET_MARK,
+    ENV_FIELDS,
+    EPOCH_FIELDS,
+    HOST_PARTS,
+    HOST_SPLIT,
+    IN_CELL_RATES,
+    MAYBE_NUMBER,
+    MAYBE_OBJECT,
+    MAYBE_STRING,
+    MEMORY_PARTS,
+    MEMORY_SPLIT,
+    OPTIONAL_SUMMARY_FIELDS,
+    PROBE_FIELDS,
+    SCHEMA_ID,
+    STATUSES,
+    STEADY_FIELDS,
+    SUMMARY_FIELDS,
+    UTIL_SAMPLE,
+    field,
+    per_rank,
+)
 from dpstudy.util.atomic import write_json
 
-SCHEMA_ID = "dpstudy.record/1"
-STATUSES = ("ok", "oom", "skipped", "failed")
-# ends the reason of a cell skipped because the memory plan predicted it would not fit
-# (dpstudy.jobs.memory_plan): how the tables tell it from a cell the hardware cannot run
-BUDGET_MARK = "(study memory_budget_gib, memory plan)"
-
-_number = {"type": "number"}
-_maybe_number = {"type": ["number", "null"]}
-
-EPOCH_FIELDS = {
-    "epoch": {"type": "integer", "minimum": 1},
-    "train_loss": _number,
-    "train_acc": _number,
-    "test_loss": _number,
-    "test_acc": _number,
-    "wall_s": _number,  # training part of the epoch, clocks read after a device synchronize
-    "eval_s": _number,  # evaluation of the whole test set
-    "data_wait_s": _number,  # blocked waiting for the next batch
-    "compute_s": _number,  # wall_s - data_wait_s
-    "samples": {"type": "integer"},  # training samples processed, all ranks together
-    "samples_per_s": _number,
-    "peak_mem_mb": {"type": "array", "items": _number},  # one per rank (DP: per device)
-}
-# The epoch's steady window (training steps after the run's first `warmup_steps`); optional, as
-# records made before it existed have none.
-STEADY_FIELDS = {
-    "steady_s": _number,  # wall time of the epoch's steady steps (0 while still warming up)
-    "steady_samples": {"type": "integer"},  # their samples, all ranks together
-    "other_load": _number,  # cores the rest of the machine used during the epoch (dpstudy.engine.monitor.HostLoad)
-    # compile: true only: wall time of the epoch's training steps (left out of steady_s and
-    # steady_samples) and of its evaluation batches that compiled a graph
-    "compile_s": _number,
-    "eval_compile_s": _number,
-    # the machine's speed after the epoch, every rank's gauge averaged (dpstudy.engine.reference.InCell):
-    # GFLOP/s of small matmuls, million dispatched operators per second, GB/s copied (CPU cells)
-    "machine_gflops": _number,
-    "machine_mops": _number,
-    "machine_gbps": _number,
-    # CUDA cells: max_memory_reserved over the epoch (training and evaluation), one per rank (DP:
-    # per device), beside peak_mem_mb, which is max_memory_allocated over the same span
-    "peak_reserved_mb": {"type": "array", "items": _number},
-}
-IN_CELL_RATES = ("machine_gflops", "machine_mops", "machine_gbps")
-
-SUMMARY_FIELDS = {
-    "final_test_acc": _maybe_number,
-    "median_epoch_s": _maybe_number,  # epochs >= 2 when there are several
-    "samples_per_s": _maybe_number,  # over the steady window (see outcome.steady_throughput)
-    "startup_s": _maybe_number,  # process start to the first epoch
-    "total_s": _maybe_number,  # process start to the record
-}
-
-# Optional summary fields: records of cells without them (and records made before) have none.
-OPTIONAL_SUMMARY_FIELDS = {
-    "compile_s": _maybe_number,  # compile: true: wall time of the training steps and evaluation batches that compiled
-    # whether the run learned, and why not (dpstudy.record.learning); status stays ok either way
-    "learned": {"type": "boolean"},
-    "learned_reason": {"type": ["string", "null"]},
-    # why training ended before its last epoch (stop_on_divergence), if it did
-    "stopped_early": {"type": ["string", "null"]},
-}
-
-# The split of a step's peak (dpstudy.engine.memory), in MB; their sum is peak_mb.
-MEMORY_PARTS = ("params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb")
-# What the device's allocator and driver held over the same step, in MB, one per device (CUDA
-# cells; None where unknown): the tracker above counts tensors, these are what a user runs out of.
-ALLOCATOR_PARTS = (
-    "allocated_mb",  # torch.cuda.max_memory_allocated over the step (peaks reset before it)
-    "reserved_mb",  # torch.cuda.max_memory_reserved over the step: the caching allocator's segments
-    "context_mb",  # the process's device memory (NVML) minus what the allocator reserved: the CUDA
-    # context, cuBLAS/cuDNN workspaces outside the allocator, NCCL's buffers
-    "total_mb",  # the device's memory
-    "resident_mb",  # the data a `device` loader keeps on the device (train and test splits)
-)
-# CPU cells, where no allocator keeps a peak: how much the process's resident memory grew over the
-# same step (its peak, VmHWM after /proc/self/clear_refs reset it, minus VmRSS before the step), in
-# MB, one per rank; None where the kernel does not allow the reset.
-HOST_PARTS = ("rss_growth_mb",)
-
-# record.probe (dpstudy.engine.probe writes it, dpstudy.analysis.scaling reads it): the parts of a
-# step the scaling model needs, by mode, and how the probe ran. The one definition of its fields:
-# name -> JSON Schema (type, and the meaning as its description); times are seconds per step, the
-# slowest rank's. The schema's probe part is made from it and admits no other field.
-PROBE_FIELDS = {
-    "steps": {"type": "integer", "description": "steps each variant timed (2 to 8: fewer when a step is slow)"},
-    "sync_step_s": {
-        "type": "number",
-        "description": "DDP: the step with the gradient all-reduce; FSDP: as FSDP runs it (rounds median)",
-    },
-    "nosync_step_s": {
-        "type": "number",
-        "description": "DDP: the same step under no_sync; FSDP: the same step on an unsharded replica (its compute)",
-    },
-    "exposed_s": {
-        "type": "number",
-        "description": "DDP, FSDP: the median over the rounds of the step minus the step without communication",
-    },
-    "exposed_spread_s": {"type": "number", "description": "DDP, FSDP: the interquartile range of exposed_s's rounds"},
-    "rounds": {"type": "integer", "description": "DDP, FSDP: rounds in which the two steps took turns"},
-    "allreduce_s": {"type": "number", "description": "DDP: one all-reduce of the gradients alone"},
-    "grad_bytes": {
-        "type": "integer",
-        "description": "DDP: the gradients' bytes all-reduced; FSDP: every unit's gradients, reduced in fp32",
-    },
-    "allgather_s": {"type": "number", "description": "FSDP: one all-gather of every unit's parameters"},
-    "reduce_scatter_s": {"type": "number", "description": "FSDP: the reduce-scatter of every unit's gradients"},
-    "gather_bytes": {
-        "type": "integer",
-        "description": "FSDP: the bytes that all-gather moves (in the mixed-precision dtype, if any)",
-    },
-    "units": {
-        "type": "integer",
-        "description": "FSDP: the units that hold parameters of their own; DDP: those FSDP would make of the model",
-    },
-    "buckets": {
-        "type": "integer",
-        "description": "DDP: the buckets a steady step all-reduces (dpstudy.engine.grad_layout)",
-    },
-    "scatter_s": {"type": "number", "description": "DP: scattering the batch"},
-    "replicate_s": {"type": "number", "description": "DP: replicating the model"},
-    "gather_s": {"type": "number", "description": "DP: gathering the outputs"},
-    "graphs_compiled": {
-        "type": "integer",
-        "description": "compile: true: graphs the probe compiled (0: it timed training's own graphs)",
-    },
-}
+# What other modules import from here: the parts' names and tables live in dpstudy.record.schema.
+__all__ = [
+    "ALLOCATOR_PARTS",
+    "BUDGET_MARK",
+    "EPOCH_FIELDS",
+    "HOST_PARTS",
+    "IN_CELL_RATES",
+    "MEMORY_PARTS",
+    "OPTIONAL_SUMMARY_FIELDS",
+    "PROBE_FIELDS",
+    "RECORD_SCHEMA",
+    "SCHEMA_ID",
+    "STATUSES",
+    "STEADY_FIELDS",
+    "SUMMARY_FIELDS",
+    "empty_summary",
+    "make",
+    "read",
+    "validate",
+    "write",
+]
 
 RECORD_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "record.json",
+    "description": (
+        "One per cell, `results/cells/{cell}/record.json`, the only output of its job. It exists only when"
+        " finished: written to a temporary file in the same folder and renamed into place, so a killed job"
+        " leaves none (and the next run reruns the cell). It is validated against this schema when written"
+        f" and when read; its schema id is `{SCHEMA_ID}`."
+    ),
     "type": "object",
     "required": ["schema", "cell", "status", "reason", "spec", "env", "epochs", "summary"],
     "properties": {
-        "schema": {"const": SCHEMA_ID},
-        "cell": {"type": "string"},
-        "status": {"enum": list(STATUSES)},
-        "reason": {"type": ["string", "null"]},
-        "spec": {"type": "object"},
-        "env": {
-            "type": "object",
-            "required": ["torch", "python", "hostname", "world_size", "code_version"],
+        "schema": {"const": SCHEMA_ID, "description": "The schema the record follows."},
+        "cell": field("string", "The cell's id, the name of its folder."),
+        "status": {
+            "enum": list(STATUSES),
+            "description": (
+                "`ok`: trained (rank 0 writes it). `oom`: a rank ran out of memory; it writes the record and"
+                " every rank stops at once (dpstudy.engine.outcome). `skipped`: the hardware cannot run the"
+                " cell, or the memory plan predicted it would not fit (its reason then ends with"
+                f" `{BUDGET_MARK}`). `failed`: an error; the launcher also writes one when the ranks end"
+                " without a record, when the cell passes its time limit outside SLURM, and on a retry after"
+                " SLURM stopped the job at its time or memory limit."
+            ),
         },
-        "epochs": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": list(EPOCH_FIELDS),
-                "properties": {**EPOCH_FIELDS, **STEADY_FIELDS},
+        "reason": field(
+            MAYBE_STRING,
+            "Why the cell is not ok: the error (`rank N: ...`, naming a dead or silent peer first), what the"
+            " hardware lacks, the limit it passed; null when ok.",
+        ),
+        "spec": field("object", "The complete settings the cell ran with: the `spec` of docs/config.md."),
+        "env": field(
+            "object",
+            "The environment the cell ran in (dpstudy.record.envinfo).",
+            required=["torch", "python", "hostname", "world_size", "code_version"],
+            properties=ENV_FIELDS,
+        ),
+        "epochs": field(
+            "array",
+            "One entry per epoch finished, in order: empty when none was.",
+            items={"type": "object", "required": list(EPOCH_FIELDS), "properties": {**EPOCH_FIELDS, **STEADY_FIELDS}},
+        ),
+        "summary": field(
+            "object",
+            "The run over its epochs (dpstudy.engine.outcome); the numbers are null without epochs.",
+            required=list(SUMMARY_FIELDS),
+            properties={**SUMMARY_FIELDS, **OPTIONAL_SUMMARY_FIELDS},
+        ),
+        "util": field(
+            MAYBE_OBJECT,
+            "GPU utilisation and memory, sampled by NVML every 0.5 s (dpstudy.engine.monitor.UtilSampler) on"
+            " the devices the writing rank drives (DP: every GPU), keyed by CUDA device index; null where"
+            " nothing was sampled (CPU cells, no NVML).",
+            additionalProperties={"type": "array", "items": {"type": "object", "properties": UTIL_SAMPLE}},
+        ),
+        "probe": field(
+            MAYBE_OBJECT,
+            "DDP, FSDP and DP cells, after training: the parts of a step the scaling model needs, timed by"
+            " dpstudy.engine.probe. The step with and without communication take turns over `rounds` rounds, so"
+            " that a drift of the machine touches both alike (medians); times are seconds per step, the slowest"
+            " rank's. Each mode writes its own fields.",
+            additionalProperties=False,
+            properties=PROBE_FIELDS,
+        ),
+        "memory": field(
+            MAYBE_OBJECT,
+            "ok cells: one more training step after the last evaluation, its peak memory on each device split"
+            " by what holds it (PyTorch's MemTracker, FSDPMemTracker; dpstudy.engine.memory): a list per part,"
+            " one value per device in rank order (DP: per GPU), in MB, null where unknown. Tensors that exist"
+            " before the step and are not the model's or the optimizer's (a `device` loader's resident data,"
+            " DDP's gradient buckets) are not in the split; peak_mem_mb holds them. CUDA cells add what the"
+            " allocator and driver held over the step, CPU cells how resident memory grew.",
+            required=list(MEMORY_PARTS),
+            additionalProperties=False,
+            properties={
+                part: per_rank(meaning, {"type": MAYBE_NUMBER})
+                for part, meaning in {**MEMORY_SPLIT, **ALLOCATOR_SPLIT, **HOST_SPLIT}.items()
             },
-        },
-        "summary": {
-            "type": "object",
-            "required": list(SUMMARY_FIELDS),
-            "properties": {**SUMMARY_FIELDS, **OPTIONAL_SUMMARY_FIELDS},
-        },
-        "util": {"type": ["object", "null"]},
-        # optional: the parts of a step for the scaling model (dpstudy.engine.probe), DDP, FSDP and DP only
-        "probe": {"type": ["object", "null"], "additionalProperties": False, "properties": PROBE_FIELDS},
-        # optional: one training step's peak memory per device split by what holds it
-        # (dpstudy.engine.memory), a list per part in rank order (DP: per GPU); ok cells only
-        "memory": {
-            "type": ["object", "null"],
-            "required": list(MEMORY_PARTS),
-            "additionalProperties": False,
-            "properties": {
-                part: {"type": "array", "items": _maybe_number}
-                for part in (*MEMORY_PARTS, *ALLOCATOR_PARTS, *HOST_PARTS)
-            },
-        },
+        ),
     },
 }
 
