@@ -38,14 +38,14 @@ rule collect:
     params:
         comm=lambda wildcards, input: ["--comm", *input.comm] if input.comm else [],
         floor=lambda wildcards, input: ["--floor", *input.floor] if input.floor else [],
-        # the study's predict: block, as the forecasts to make (a new one reruns collect alone)
-        predict=STUDY.forecast_requests,
+        # the study's forecast: block, as the forecasts to make (a new one reruns collect alone)
+        forecast=STUDY.forecast_requests,
         # what a forecast must fit in: the study's budget (a new one reruns collect alone)
         budget=STUDY.budget_args("--memory-budget-gib"),
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     shell:
         "python scripts/collect.py --records {input.records:q} --out-dir {params.out_dir:q}"
-        " {params.comm:q} --memory-plan {input.plan:q} {params.floor:q} --predict {params.predict:q}"
+        " {params.comm:q} --memory-plan {input.plan:q} {params.floor:q} --forecast {params.forecast:q}"
         " {params.budget:q}"
         " > {log:q} 2>&1"
 

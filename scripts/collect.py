@@ -3,7 +3,7 @@
 scaling_settings, comparisons, summary, data_wait, memory, memory_accuracy, util_means, varied, pivot) and stale.txt.
 
     python scripts/collect.py --records R1 R2 ... --out-dir results/tables [--comm comm.csv] [--memory-plan memory.csv]
-                              [--floor results/floor/r0.json ...] [--predict JSON] [--memory-budget-gib G]
+                              [--floor results/floor/r0.json ...] [--forecast JSON] [--memory-budget-gib G]
     python scripts/collect.py --records-from record_list.txt --out-dir results/tables
 
 A record that cannot be read (truncated, edited by hand) stops it with the file's name and the
@@ -46,10 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-plan", type=Path, help="the memory plan CSV, predicted beside measured (optional)")
     parser.add_argument("--floor", nargs="*", default=[], help="the machine's floor runs (results/floor/r*.json)")
     parser.add_argument(
-        "--predict",
+        "--forecast",
         type=json.loads,
         default=[],
-        help="the forecasts to make, as JSON: dpstudy.study.predict.requests of the study (default: none)",
+        help="the forecasts to make, as JSON: dpstudy.study.forecast_requests.requests of the study (default: none)",
     )
     parser.add_argument(
         "--memory-budget-gib",
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in unreadable or []:
         print(f"warning: left out (--keep-going): {line}", file=sys.stderr)
     comm = pd.read_csv(args.comm) if args.comm and args.comm.is_file() else None
-    tables = collect.summarise(tables, comm, floor, args.predict, args.memory_budget_gib)
+    tables = collect.summarise(tables, comm, floor, args.forecast, args.memory_budget_gib)
     for path in tablefiles.write_tables(tables, args.out_dir, unreadable or []):
         print(f"wrote {path}")
     return 0

@@ -4,7 +4,7 @@ context), against what a device offers: the study's memory_budget_gib where it s
 CUDA the smallest device its cells recorded (memory_split's total_mb); a CPU study without a budget
 has no capacity to compare with, and its rows say nothing (NA).
 
-Columns added to a predictions table: need_mb, capacity_mb, fits.
+Columns added to a forecasts table: need_mb, capacity_mb, fits.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def measured(split: pd.DataFrame | None, column: str, how: str) -> float:
 
 
 def with_fit(table: pd.DataFrame, split: pd.DataFrame | None, budget_gib: float | None) -> pd.DataFrame:
-    """`table` (the predictions) with each forecast's need, the capacity it is held against and
+    """`table` (the forecasts) with each forecast's need, the capacity it is held against and
     whether it fits (NA where no memory was forecast or no capacity is known)."""
     context = measured(split, "context_mb", "median")
     device_total = measured(split, "total_mb", "min")

@@ -17,9 +17,9 @@ import pandas as pd
 from dpstudy.analysis import (
     comm_fit,
     comparisons,
+    forecast_table,
     memory,
     pivots,
-    predictions,
     scaling,
     stats,
     strategies,
@@ -76,8 +76,8 @@ def summarise(
     "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots); "floor", the machine's
     floor runs (`floor`, dpstudy.analysis.floor.floor_table; None: the study measured none);
     "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit);
-    "predictions", every measured DDP and FSDP setting forecast from the others and the forecasts `requests`
-    asks for (dpstudy.study.predict.requests; dpstudy.analysis.predictions), each held against
+    "forecasts", every measured DDP and FSDP setting forecast from the others and the forecasts `requests`
+    asks for (dpstudy.study.forecast_requests.requests; dpstudy.analysis.forecast_table), each held against
     `budget_gib` (the study's memory_budget_gib) or the CUDA device's memory (capacity)."""
     cells, epochs = tables["cells"], tables["epochs"]
     settings = stats.settings_table(cells)
@@ -85,7 +85,7 @@ def summarise(
     model_by_setting = scaling.settings_model(model, settings)
     floor = machine_floor.floor_table([]) if floor is None else floor
     fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
-    forecasts = predictions.predictions(settings, cells, fits, requests or [], tables["memory_split"], budget_gib)
+    forecasts = forecast_table.forecasts(settings, cells, fits, requests or [], tables["memory_split"], budget_gib)
     ranked = strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"])
     return {
         **tables,
@@ -103,5 +103,5 @@ def summarise(
         **pivots.overview_tables(settings),
         "floor": floor,
         "comm_fit": fits,
-        "predictions": forecasts,
+        "forecasts": forecasts,
     }

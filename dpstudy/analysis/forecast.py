@@ -33,7 +33,7 @@ Memory per device: dpstudy.analysis.memory_forecast's line in the per-device bat
 the median of what the allocator held beyond the tracked step (`outside`: workspaces, resident
 data, buckets), so that it forecasts max_memory_allocated. The 95 %
 interval of a forecast is exp(+-1.96 sigma) around it, sigma the model's log error on settings held
-out (dpstudy.analysis.predictions, which makes the table), widened by 1 + the log2-distance to the
+out (dpstudy.analysis.forecast_table, which makes the table), widened by 1 + the log2-distance to the
 calibrated world sizes and batches when extrapolating, and by one more where an FSDP scheme
 borrows DDP's share and overlap.
 """

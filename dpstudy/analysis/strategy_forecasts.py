@@ -1,7 +1,7 @@
-"""The strategies table's forecast rows: what the study's `predict:` block forecasts, ranked beside
+"""The strategies table's forecast rows: what the study's `forecast:` block forecasts, ranked beside
 what ran (issue 26: "would 8 devices of FSDP beat 2 of DDP here?").
 
-A forecast (the predictions table, source predict) joins the workload it belongs to: the measured
+A forecast (the forecasts table, source requested) joins the workload it belongs to: the measured
 workload of its dataset, model and settings at its global batch. Its row has `forecast` True,
 `status` forecast, the forecast's basis as `reason`, its throughput with the 95 % prediction
 interval as samples_per_s (low, high), its speedup over one device as vs_one_device (the interval's
@@ -9,7 +9,7 @@ ratios), its memory per device as predicted_memory_mb, and no `rank`: rank, fast
 over the next stay the measured strategies'. `rank_with_forecasts` orders every row of a workload,
 measured ones by their throughput and forecast ones by theirs, so a forecast that would beat the
 measured fastest says so. A forecast whose global batch no measured strategy ran is left to the
-predictions table.
+forecasts table.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pandas as pd
 from dpstudy.analysis.strategies import STRATEGY_KEYS, WORKLOAD_KEYS
 
 
-def forecast_rows(strategies: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame:
+def forecast_rows(strategies: pd.DataFrame, forecasts: pd.DataFrame) -> pd.DataFrame:
     """The requested forecasts as strategies rows of the workloads they belong to."""
-    asked = predictions[(predictions["source"] == "predict") & (predictions["how"] != "not forecast")]
+    asked = forecasts[(forecasts["source"] == "requested") & (forecasts["how"] != "not forecast")]
     rows = []
     for _, made in asked.iterrows():
         workload = same_workload(strategies, made)
@@ -68,11 +68,11 @@ def same_workload(strategies: pd.DataFrame, made: pd.Series) -> pd.DataFrame:
     return strategies[mask]
 
 
-def with_forecasts(strategies: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame:
+def with_forecasts(strategies: pd.DataFrame, forecasts: pd.DataFrame) -> pd.DataFrame:
     """The strategies table with its forecast rows (see the module docstring), each workload's rows
     together, measured first."""
     table = strategies.assign(forecast=False)
-    added = forecast_rows(table, predictions) if not predictions.empty and not table.empty else pd.DataFrame()
+    added = forecast_rows(table, forecasts) if not forecasts.empty and not table.empty else pd.DataFrame()
     if not added.empty:
         table = pd.concat([table, added.reindex(columns=table.columns)], ignore_index=True)
     throughput = table["samples_per_s"].where(table["rank"].notna() | table["forecast"].astype(bool))

@@ -6,7 +6,7 @@ multi-GPU cells use, DDP and FSDP (full) over NCCL at GLOBAL_BATCH on 2, 4, ... 
 up to those visible, and all of them), two repeats, and the comm sweep (NCCL, 2 ranks). The model is
 calibrated as the analysis calibrates it (dpstudy.analysis.forecast.Calibration) on the single-device
 settings and the settings on at most CALIBRATE_GPUS GPUs alone; every setting on more GPUs is
-forecast (the host share and the ring collectives extrapolated from 2 ranks, as for a `predict:`
+forecast (the host share and the ring collectives extrapolated from 2 ranks, as for a `forecast:`
 request of 4 or 8) and compared with what it measured: each error, their median and largest, and
 how many measured throughputs fell inside their 95 % intervals.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval
-from dpstudy.analysis.predictions import calibration_inputs, group_of, model_sigma
+from dpstudy.analysis.forecast_table import calibration_inputs, group_of, model_sigma
 from dpstudy.gpucheck.study import run_in_copy
 
 MIN_GPUS = 3

@@ -39,7 +39,7 @@ TABLES = (
     "pivot",
     "floor",
     "comm_fit",
-    "predictions",
+    "forecasts",
 )
 STALE_FILE = "stale.txt"
 UNREADABLE_FILE = "unreadable.txt"  # records collect could not read (--keep-going), one per line

@@ -45,7 +45,7 @@ def plan_gpus(gpu_jobs: bool, visible_gpus: int, gpu_budget: int | None) -> int:
 
 def comm_world_sizes(specs: list[dict[str, Any]], predicted_gpus: list[int], capacity: int | None) -> list[int]:
     """The world sizes comm_bench measures: 2, and every larger one that the study's DDP and FSDP
-    cells run on one node or its predict: block asks for, up to `capacity`, the ranks this host
+    cells run on one node or its forecast: block asks for, up to `capacity`, the ranks this host
     can hold (the GPUs it shows, or its cores for a CPU study; None where the planning host cannot
     tell, a cluster's login node). A forecast at a size measured here reads its own fit; beyond
     them, the largest measured is extrapolated (dpstudy.analysis.forecast.collective_time)."""

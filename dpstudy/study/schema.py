@@ -40,6 +40,10 @@ def inline(node: Any) -> Any:
     return node
 
 
+# Keys a study had before they were renamed, and their names now: an old study gets told.
+RENAMED = {"predict": "forecast"}
+
+
 def check(instance: Any, ref: str | None = None, where: str = "") -> None:
     """Raise ConfigError naming the offending key path when `instance` breaks the schema."""
     errors = list(validator(ref).iter_errors(instance))
@@ -49,7 +53,8 @@ def check(instance: Any, ref: str | None = None, where: str = "") -> None:
     path = ".".join(str(p) for p in error.absolute_path) or "(top level)"
     if error.validator == "additionalProperties":
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        raise ConfigError(f"{where}unknown key {', '.join(map(repr, unknown))} at {path}")
+        renamed = "".join(f" ({key!r} is now {RENAMED[key]!r})" for key in unknown if key in RENAMED)
+        raise ConfigError(f"{where}unknown key {', '.join(map(repr, unknown))} at {path}{renamed}")
     raise ConfigError(f"{where}{path}: {error.message}")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from dpstudy import models
 from dpstudy.ext import arch as ext_arch
-from dpstudy.study import datasets, predict, schema
+from dpstudy.study import datasets, forecast_requests, schema
 from dpstudy.study import spec as specs
 from dpstudy.study.cells import cell_id
 from dpstudy.util.errors import ConfigError
@@ -100,7 +100,7 @@ def load(config: dict[str, Any], config_files: Iterable[str] = ()) -> dict[str, 
             ref = "spec" if key in schema.property_names("spec") else "settings"
             for value in values:
                 schema.check_property(ref, key, value, where=f"sweep {sweep['name']!r}: ")
-    predict.requests(study)  # a setting the model cannot forecast: an error naming it
+    forecast_requests.requests(study)  # a setting the model cannot forecast: an error naming it
     return study
 
 

@@ -21,7 +21,7 @@ from dpstudy import models
 from dpstudy.data import user as user_data
 from dpstudy.ext import arch as ext_arch
 from dpstudy.jobs.gpus import visible_gpu_count
-from dpstudy.study import outputs, predict, resources, sweeps
+from dpstudy.study import forecast_requests, outputs, resources, sweeps
 from dpstudy.study.spec import gap_before_start
 from dpstudy.study.sweeps import Cell, JsonDict
 from dpstudy.util import allocator
@@ -193,9 +193,9 @@ class Study:
 
     @cached_property
     def comm_world_sizes(self) -> list[int]:
-        """The collectives' world sizes: what the cells run and predict: asks for, as far as this host holds."""
+        """The collectives' world sizes: what the cells run and forecast: asks for, as far as this host holds."""
         capacity = resources.rank_capacity(self.gpu_jobs, self.visible_gpus, self.gpu_budget, self.host_cores)
-        wanted = [request["gpus"] for request in predict.requests(self.config)]
+        wanted = [request["gpus"] for request in forecast_requests.requests(self.config)]
         return resources.comm_world_sizes([c.spec for c in self.cells], wanted, capacity)
 
     @property
@@ -227,8 +227,8 @@ class Study:
 
     @property
     def forecast_requests(self) -> str:
-        """The study's predict: block, as the forecasts collect makes (JSON)."""
-        return json.dumps(predict.requests(self.config), sort_keys=True)
+        """The study's forecast: block, as the forecasts collect makes (JSON)."""
+        return json.dumps(forecast_requests.requests(self.config), sort_keys=True)
 
 
 def load_study(

@@ -149,19 +149,19 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
         )
     # each DDP setting on 2 ranks forecast from the other (dpstudy.analysis.forecast): B 64 is 32 per
     # rank, below the single devices' 64 and 256, B 256 is 128, between them
-    table = pd.read_csv(default_study.workdir / "results/tables/predictions.csv")
-    predictions = table[table["source"] == "leave-one-out"].set_index("global_batch")
-    assert sorted(predictions.index) == [64, 256] and (predictions["devices"] == 2).all()
-    assert predictions.loc[64, "how"] == "extrapolated" and predictions.loc[256, "how"] == "interpolated"
-    assert (predictions["predicted_low"] < predictions["predicted_samples_per_s"]).all()
-    assert (predictions["predicted_samples_per_s"] < predictions["predicted_high"]).all()
-    measured = predictions["measured_samples_per_s"]
-    assert predictions["error"].to_numpy() == pytest.approx(predictions["predicted_samples_per_s"] / measured - 1)
-    print("leave-one-out errors:", predictions["error"].round(3).to_dict())
-    # and config.yaml's predict: DDP and FSDP at 4 and 8 devices, batch 256, not run: Gloo
+    table = pd.read_csv(default_study.workdir / "results/tables/forecasts.csv")
+    held_out = table[table["source"] == "leave-one-out"].set_index("global_batch")
+    assert sorted(held_out.index) == [64, 256] and (held_out["devices"] == 2).all()
+    assert held_out.loc[64, "how"] == "extrapolated" and held_out.loc[256, "how"] == "interpolated"
+    assert (held_out["predicted_low"] < held_out["predicted_samples_per_s"]).all()
+    assert (held_out["predicted_samples_per_s"] < held_out["predicted_high"]).all()
+    measured = held_out["measured_samples_per_s"]
+    assert held_out["error"].to_numpy() == pytest.approx(held_out["predicted_samples_per_s"] / measured - 1)
+    print("leave-one-out errors:", held_out["error"].round(3).to_dict())
+    # and config.yaml's forecast: DDP and FSDP at 4 and 8 devices, batch 256, not run: Gloo
     # extrapolated from 2 ranks (FSDP with DDP's overlap: none of it ran), NCCL not forecast (no
     # NCCL cell ran here)
-    asked = table[table["source"] == "predict"].set_index(["backend", "mode", "devices"])
+    asked = table[table["source"] == "requested"].set_index(["backend", "mode", "devices"])
     assert sorted(asked.index) == [(b, m, n) for b in ("gloo", "nccl") for m in ("ddp", "fsdp") for n in (4, 8)]
     gloo = asked.loc["gloo"]
     assert (gloo["how"] == "extrapolated").all() and (gloo["predicted_speedup"] > 0).all()

@@ -165,13 +165,13 @@ def test_the_collectives_are_planned_at_each_world_size_run_or_forecast_within_t
         **SMALL,
         "device": "cuda",
         "bench": {"kernels": False, "comm": True},
-        "predict": [{"mode": ["ddp"], "gpus": [4, 8], "batch": [64], "backend": ["nccl"]}],
+        "forecast": [{"mode": ["ddp"], "gpus": [4, 8], "batch": [64], "backend": ["nccl"]}],
     }
     proc = snakemake(checkout, "-n", "-p", "results/bench/comm.csv", "--resources", "gpu=4", config=config)
     (command,) = re.findall(r"^Shell command: (.*scripts/comm_bench\.py.*)$", proc.stdout, re.M)
     visible = visible_gpu_count()
     held = min(visible, 4) if visible else 4  # a GPU-less planning host: the --resources budget
-    sizes = [n for n in (2, 4) if n == 2 or n <= held]  # the cells' 2, predict's 4; 8 is past the budget
+    sizes = [n for n in (2, 4) if n == 2 or n <= held]  # the cells' 2, forecast's 4; 8 is past the budget
     assert f"--world-sizes {' '.join(map(str, sizes))} " in command
     assert f"--gpus {max(sizes) if not visible else min(max(sizes), visible)} " in command
 

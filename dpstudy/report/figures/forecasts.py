@@ -1,5 +1,5 @@
 """What would N give: speedup and memory per device against device count per workload, the measured
-DDP and FSDP settings (speedup with its 95 % interval) beside the forecasts (the predictions table) with
+DDP and FSDP settings (speedup with its 95 % interval) beside the forecasts (the forecasts table) with
 their prediction intervals; forecasts hollow on a dashed line, extrapolated ones with dotted bars;
 the leave-one-out forecasts of measured settings as crosses beside them, so the model's error on
 this study is seen where it was checked."""
@@ -32,8 +32,8 @@ POINT_COLUMNS += [c for columns, _ in METRICS.values() for c in columns]
 def points(tables: Tables) -> pd.DataFrame:
     """A row per point: workload, variant, global_batch, devices, speedup with low and high, kind
     (KINDS). Measured: the settings table's DDP settings (and 1 device at speedup 1); forecasts:
-    the predictions table's, their speedup interval the throughput interval's ratios."""
-    table = tables["predictions"]
+    the forecasts table's, their speedup interval the throughput interval's ratios."""
+    table = tables["forecasts"]
     table = table[table["how"] != "not forecast"].dropna(subset=["predicted_samples_per_s"])
     if table.empty:
         return pd.DataFrame(
@@ -109,7 +109,7 @@ def forecasts(tables: Tables) -> Figure:
         for row, metric in enumerate(rows):
             draw_workload(axes[row, column], data[data["workload"] == name], metric, colours, markers)
         ax = axes[0, column]
-        held = tables["predictions"]
+        held = tables["forecasts"]
         held = held[(held["source"] == "leave-one-out") & (held["dataset"] + "/" + held["model"] == name)]
         error = "not checked on a held-out setting"
         if len(held):
@@ -118,7 +118,7 @@ def forecasts(tables: Tables) -> Figure:
                 error += f", memory {held['memory_error'].abs().median() * 100:.1f} %"
         ax.set_title(f"{name}\n{error}", fontsize=9)
         if "memory" in rows:
-            capacity_line(axes[rows.index("memory"), column], held_of(tables["predictions"], name))
+            capacity_line(axes[rows.index("memory"), column], held_of(tables["forecasts"], name))
     legend(fig, colours, markers)
     return finish(fig, title, cells)
 
@@ -175,8 +175,8 @@ def draw_workload(ax, data: pd.DataFrame, metric: str, colours: dict, markers: d
     ax.set_ylabel(label)
 
 
-def held_of(predictions: pd.DataFrame, workload: str) -> pd.DataFrame:
-    return predictions[predictions["dataset"] + "/" + predictions["model"] == workload]
+def held_of(forecasts: pd.DataFrame, workload: str) -> pd.DataFrame:
+    return forecasts[forecasts["dataset"] + "/" + forecasts["model"] == workload]
 
 
 def capacity_line(ax, rows: pd.DataFrame) -> None:

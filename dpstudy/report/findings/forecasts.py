@@ -1,5 +1,5 @@
 """What would N give? The forecast model (dpstudy.analysis.forecast) checked on this study: every
-measured DDP and FSDP setting forecast from the others, beside what it measured (the predictions
+measured DDP and FSDP setting forecast from the others, beside what it measured (the forecasts
 table)."""
 
 from __future__ import annotations
@@ -114,12 +114,12 @@ def listing(counts: list[int]) -> str:
 
 def forecasts(tables: Tables) -> str:
     """The leave-one-out forecasts and the model's error on this study, then the forecasts the
-    study's predict: block asks for."""
-    asked = tables["predictions"][tables["predictions"]["source"] == "predict"]
-    checked = held_out(tables["predictions"][tables["predictions"]["source"] == "leave-one-out"])
+    study's forecast: block asks for."""
+    asked = tables["forecasts"][tables["forecasts"]["source"] == "requested"]
+    checked = held_out(tables["forecasts"][tables["forecasts"]["source"] == "leave-one-out"])
     if asked.empty:
         return checked
-    lines = ["Forecasts of settings not run (the study's `predict:`; the interval is the error above):", ""]
+    lines = ["Forecasts of settings not run (the study's `forecast:`; the interval is the error above):", ""]
     fitting = fitting_counts(asked)
     return "\n".join(
         [checked, "", *lines, *(requested_line(r) for _, r in asked.iterrows()), *(["", fitting] * bool(fitting))]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers.records import CURRENT, comm_fit, make_record
 
-from dpstudy.analysis import forecast, memory, predictions, stats
+from dpstudy.analysis import forecast, forecast_table, memory, stats
 from dpstudy.analysis.tables import cells_table
 
 FIXED_S, PER_SAMPLE_S = 2e-3, 5e-5  # t1(b) = FIXED_S + PER_SAMPLE_S b
@@ -74,8 +74,8 @@ def tables(recs):
 
 def test_every_held_out_setting_is_recovered_from_the_others():
     settings, cells = tables(records())
-    table = predictions.leave_one_out(settings, cells, FITS)
-    assert list(table.columns) == [*predictions.COLUMNS, "noise_cv"] and (table["source"] == "leave-one-out").all()
+    table = forecast_table.leave_one_out(settings, cells, FITS)
+    assert list(table.columns) == [*forecast_table.COLUMNS, "noise_cv"] and (table["source"] == "leave-one-out").all()
     assert sorted(table["global_batch"]) == [64, 128, 256, 512] and (table["devices"] == 2).all()
     # within the repeats' 1 % wobble (the geometric mean of 0.99 and 1.01 is 0.99995)
     assert table["error"].abs().max() < 0.002, table[["global_batch", "error"]]
@@ -91,8 +91,8 @@ def test_every_held_out_setting_is_recovered_from_the_others():
 def test_leave_one_out_never_reads_the_held_out_setting():
     settings, cells = tables(records())
     slower, _ = tables(records({128: 128 / ddp_step(128) / 2}))  # B 128 measured at half the law
-    before = predictions.leave_one_out(settings, cells, FITS).set_index("global_batch")
-    after = predictions.leave_one_out(slower, tables(records({128: 128 / ddp_step(128) / 2}))[1], FITS)
+    before = forecast_table.leave_one_out(settings, cells, FITS).set_index("global_batch")
+    after = forecast_table.leave_one_out(slower, tables(records({128: 128 / ddp_step(128) / 2}))[1], FITS)
     after = after.set_index("global_batch")
     # its own forecast does not move; its error does; the others' stay right (each calibrates on the
     # median of the rest: one odd setting among three moves none of them)
@@ -101,14 +101,14 @@ def test_leave_one_out_never_reads_the_held_out_setting():
     assert after.drop(128)["error"].abs().max() < 0.002
     # and with its records gone altogether, the model of the others gives it the same forecast
     without = [r for r in records() if not (r["spec"]["mode"] == "ddp" and r["spec"]["batch"] == 128)]
-    single, ddp = predictions.calibration_inputs(*tables(without))
+    single, ddp = forecast_table.calibration_inputs(*tables(without))
     model = forecast.Calibration(single, ddp, FITS)
     alone = model.forecast("ddp", "gloo", "cpu", 2, 128)["predicted_samples_per_s"]
     assert alone == pytest.approx(before.loc[128, "predicted_samples_per_s"])
 
 
 def test_more_ranks_than_measured_extrapolate_the_share_and_the_ring_and_widen_the_interval():
-    single, ddp = predictions.calibration_inputs(*tables(records()))
+    single, ddp = forecast_table.calibration_inputs(*tables(records()))
     model = forecast.Calibration(single, ddp, FITS)
     four = model.forecast("ddp", "gloo", "cpu", 4, 256)
     # share grows linearly from 1 at one rank through 2 ranks' 1.3; the ring all-reduce over 4
@@ -124,7 +124,7 @@ def test_more_ranks_than_measured_extrapolate_the_share_and_the_ring_and_widen_t
 
 
 def test_a_forecast_group_no_ddp_setting_calibrates_is_an_error_naming_it():
-    single, ddp = predictions.calibration_inputs(*tables(records()))
+    single, ddp = forecast_table.calibration_inputs(*tables(records()))
     model = forecast.Calibration(single, ddp, FITS)
     with pytest.raises(LookupError, match="no measured DDP setting over nccl"):
         model.forecast("ddp", "nccl", "cuda", 2, 256)
@@ -144,11 +144,11 @@ def test_compiled_cells_calibrate_only_compiled_forecasts():
     settings, cells = tables(records() + compiled)
     assert settings["compile"].astype(bool).sum() == 3
     requests = [{"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None}]
-    table = predictions.predictions(settings, cells, FITS, requests)
+    table = forecast_table.forecasts(settings, cells, FITS, requests)
     held_out = table[table["source"] == "leave-one-out"]
     assert sorted(held_out["global_batch"]) == [64, 128, 256, 512] and not held_out["compile"].astype(bool).any()
     assert held_out["error"].abs().max() < 0.002, held_out[["global_batch", "error"]]
-    asked = table[table["source"] == "predict"]
+    asked = table[table["source"] == "requested"]
     assert len(asked) == 1 and not bool(asked["compile"].iloc[0])
     share, ring = 1 + (SHARE - 1) * 3, LATENCY_S * 3 + GRAD_BYTES * 2 * 3 / 4 / (GBPS * 1e9)
     assert 256 / asked["predicted_samples_per_s"].iloc[0] == pytest.approx(t1(64) * share + HIDDEN * ring, rel=0.01)
@@ -161,8 +161,8 @@ def test_requested_forecasts_use_every_setting_and_say_which_they_cannot_make():
         {"mode": "ddp", "gpus": 2, "nodes": 1, "batch": 256, "backend": "nccl", "dataset": None, "model": None},
         {"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": ["vit"]},
     ]
-    table = predictions.predictions(settings, cells, FITS, requests)
-    asked = table[table["source"] == "predict"].set_index("backend")
+    table = forecast_table.forecasts(settings, cells, FITS, requests)
+    asked = table[table["source"] == "requested"].set_index("backend")
     assert len(table[table["source"] == "leave-one-out"]) == 4 and len(asked) == 2  # vit: no such forecast group
     share, ring = 1 + (SHARE - 1) * 3, LATENCY_S * 3 + GRAD_BYTES * 2 * 3 / 4 / (GBPS * 1e9)
     assert 256 / asked.loc["gloo", "predicted_samples_per_s"] == pytest.approx(t1(64) * share + HIDDEN * ring, rel=0.01)
@@ -180,8 +180,8 @@ def test_without_the_all_reduce_fit_nothing_is_held_out_and_a_request_says_why()
     settings, cells = tables(records())
     request = {"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None}
     no_fits = FITS.iloc[0:0]  # a study with bench comm: false
-    assert predictions.predictions(settings, cells, no_fits, []).empty
-    (row,) = predictions.predictions(settings, cells, no_fits, [request]).to_dict("records")
+    assert forecast_table.forecasts(settings, cells, no_fits, []).empty
+    (row,) = forecast_table.forecasts(settings, cells, no_fits, [request]).to_dict("records")
     assert row["how"] == "not forecast" and row["basis"] == "no all_reduce fit for gloo on cpu (comm_bench)"
 
 
@@ -190,7 +190,7 @@ def test_memory_per_device_is_the_single_device_line_at_the_per_device_batch_plu
     settings, cells = tables(recs)
     measured = memory.measured_rows([(None, r) for r in recs])
     request = {"mode": "ddp", "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None}
-    table = predictions.predictions(settings, cells, FITS, [request], measured).set_index("source")
+    table = forecast_table.forecasts(settings, cells, FITS, [request], measured).set_index("source")
     held = table.loc[["leave-one-out"]].set_index("global_batch")
     # each held-out setting: the line at its per-device batch plus the others' median extra (1.0 MB
     # or 1.05): off by its own wobble at most, and never by nothing at all
@@ -198,7 +198,7 @@ def test_memory_per_device_is_the_single_device_line_at_the_per_device_batch_plu
     assert held["measured_memory_mb"].to_dict() == pytest.approx(law)
     assert 0 < held["memory_error"].abs().max() < 0.01
     assert (held["predicted_memory_low"] < held["predicted_memory_mb"]).all()
-    asked = table.loc["predict"]  # 4 ranks at 256: 64 per device
+    asked = table.loc["requested"]  # 4 ranks at 256: 64 per device
     expected = 4 * PARAMS_MB + ACT_MB_PER_SAMPLE * 64 + DDP_EXTRA_MB
     assert asked["predicted_memory_mb"] == pytest.approx(expected, abs=0.05)
     assert asked["predicted_memory_low"] < asked["predicted_memory_mb"] < asked["predicted_memory_high"]
@@ -210,7 +210,7 @@ def test_memory_per_device_is_the_single_device_line_at_the_per_device_batch_plu
 
 def test_without_measured_memory_a_forecast_has_none():
     settings, cells = tables([{**r, "memory": None} for r in records()])
-    table = predictions.predictions(settings, cells, FITS, [], None)
+    table = forecast_table.forecasts(settings, cells, FITS, [], None)
     assert len(table) == 4 and table["predicted_memory_mb"].isna().all()
     assert table["predicted_memory_low"].isna().all() and table["memory_error"].isna().all()
 
@@ -274,7 +274,7 @@ def with_units(recs: list[dict]) -> list[dict]:
 def test_a_held_out_fsdp_setting_is_recovered_from_its_kind_and_priced_per_unit():
     recs = with_units(records()) + fsdp_records("full") + fsdp_records("grad_op")
     settings, cells = tables(recs)
-    table = predictions.leave_one_out(settings, cells, ALL_FITS, memory.measured_rows([(None, r) for r in recs]))
+    table = forecast_table.leave_one_out(settings, cells, ALL_FITS, memory.measured_rows([(None, r) for r in recs]))
     fsdp = table[table["mode"] == "fsdp"]
     assert sorted(zip(fsdp["shard"], fsdp["global_batch"])) == [
         (s, b) for s in ("full", "grad_op") for b in (64, 128, 256)
@@ -293,7 +293,7 @@ def test_a_held_out_fsdp_setting_is_recovered_from_its_kind_and_priced_per_unit(
 
 def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_overlap():
     settings, cells = tables(with_units(records()))
-    single, multi = predictions.calibration_inputs(settings, cells)
+    single, multi = forecast_table.calibration_inputs(settings, cells)
     model = forecast.Calibration(single, multi, ALL_FITS)
     made = model.forecast("fsdp grad_op", "gloo", "cpu", 2, 128)
     assert 128 / made["predicted_samples_per_s"] == pytest.approx(
@@ -314,7 +314,7 @@ def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_over
 
 def test_ddp_buckets_are_priced_each_with_its_latency():
     settings, cells = tables(records())
-    single, multi = predictions.calibration_inputs(settings, cells)
+    single, multi = forecast_table.calibration_inputs(settings, cells)
     one = forecast.Calibration(single, multi, FITS).forecast("ddp", "gloo", "cpu", 4, 256)
     three = forecast.Calibration(single, multi.assign(buckets=3), FITS)
     # calibrated on the same steps, three buckets price the all-reduce higher, so less of it is
@@ -338,7 +338,7 @@ def test_the_strategies_table_ranks_a_requested_forecast_beside_what_ran():
         {"mode": m, "shard": s, "gpus": 4, "nodes": 1, "batch": 256, "backend": "gloo", "dataset": None, "model": None}
         for m, s in (("ddp", "none"), ("fsdp", "full"))
     ]
-    made = predictions.predictions(settings, cells, ALL_FITS, requests, split)
+    made = forecast_table.forecasts(settings, cells, ALL_FITS, requests, split)
     ranked = strategies.strategies_table(cells, settings, pd.DataFrame(), split)
     table = strategy_forecasts.with_forecasts(ranked, made)
     assert len(table) == len(ranked) + 2 and table["forecast"].sum() == 2
@@ -348,7 +348,7 @@ def test_the_strategies_table_ranks_a_requested_forecast_beside_what_ran():
     workload = table[table["global_batch"] == 256]
     assert list(workload["forecast"]) == [False, False, True, True]
     ddp4 = workload[workload["forecast"] & (workload["mode"] == "ddp")].iloc[0]
-    asked = made[(made["source"] == "predict") & (made["mode"] == "ddp")].iloc[0]
+    asked = made[(made["source"] == "requested") & (made["mode"] == "ddp")].iloc[0]
     assert ddp4["samples_per_s"] == asked["predicted_samples_per_s"] and ddp4["status"] == "forecast"
     assert ddp4["gpus"] == ddp4["devices"] == 4 and ddp4["reason"] == asked["basis"]
     assert pd.isna(ddp4["rank"]) and not ddp4["fastest"] and ddp4["vs_one_device"] == asked["predicted_speedup"]
@@ -364,10 +364,12 @@ def test_the_strategies_table_ranks_a_requested_forecast_beside_what_ran():
 
 
 def test_the_study_accepts_in_predict_every_mode_the_model_forecasts_and_no_other():
-    from dpstudy.study import predict
+    from dpstudy.study import forecast_requests
 
     # the study layer cannot import the model's registry (a layer below it): they are kept equal here
-    assert set(predict.FORECAST_MODES) == {scheme.split()[0] for scheme in forecast.MESSAGES} == {"ddp", "fsdp"}
+    assert (
+        set(forecast_requests.FORECAST_MODES) == {scheme.split()[0] for scheme in forecast.MESSAGES} == {"ddp", "fsdp"}
+    )
     assert {forecast.scheme_of("fsdp", s) for s in ("full", "grad_op", "none")} <= set(forecast.MESSAGES)
 
 
@@ -382,8 +384,10 @@ def test_on_cuda_memory_is_forecast_and_checked_as_the_allocator_holds_it():
         r["memory"]["allocated_mb"] = [p + 150.0 + per_device / 64 for p in peaks]  # what the tracker misses
     settings, cells = tables(recs)
     split = memory.measured_rows([(None, r) for r in recs])
-    on_cpu = predictions.leave_one_out(*tables(records()), FITS, memory.measured_rows([(None, r) for r in records()]))
-    held = predictions.leave_one_out(settings, cells, FITS, split)
+    on_cpu = forecast_table.leave_one_out(
+        *tables(records()), FITS, memory.measured_rows([(None, r) for r in records()])
+    )
+    held = forecast_table.leave_one_out(settings, cells, FITS, split)
     assert len(held) == len(on_cpu) > 0
     # measured: the allocator's peak, the tracker's plus its gap; predicted: the tracker's line plus
     # the median gap, so every error stays within the gaps' spread

@@ -1,4 +1,4 @@
-"""The report's forecast section (dpstudy.report.findings.forecasts), which phrases the predictions
+"""The report's forecast section (dpstudy.report.findings.forecasts), which phrases the forecasts
 table, and its figure (forecasts.png), which draws it beside the measured settings."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from helpers.plots import errorbars, repeated, tables_of
 from helpers.records import make_record
 
 from dpstudy.analysis import forecast
-from dpstudy.analysis.predictions import COLUMNS
+from dpstudy.analysis.forecast_table import COLUMNS
 from dpstudy.report import figures as plots
 from dpstudy.report import findings
 
 
-def predictions(rows: list[dict]) -> pd.DataFrame:
+def forecasts_table(rows: list[dict]) -> pd.DataFrame:
     common = {k: None for k in forecast.FORECAST_GROUP} | {"dataset": "synthetic", "model": "lenet"}
     common["source"] = "leave-one-out"
     return pd.DataFrame([{**common, **row} for row in rows], columns=list(COLUMNS))
@@ -39,7 +39,7 @@ HELD_OUT_256 = {
 
 
 def test_each_held_out_setting_is_a_line_and_the_error_is_summed_up():
-    table = predictions(
+    table = forecasts_table(
         [
             {
                 "mode": "ddp",
@@ -59,7 +59,7 @@ def test_each_held_out_setting_is_a_line_and_the_error_is_summed_up():
             HELD_OUT_256,
         ]
     )
-    text = findings.forecasts({"predictions": table})
+    text = findings.forecasts({"forecasts": table})
     assert (
         "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: forecast 9,000 samples/s (95 % 8,000-9,900), "
         "measured 10,000: error -10.0 %; extrapolated: per-device batch 32 outside the measured 64-256." in text
@@ -70,13 +70,13 @@ def test_each_held_out_setting_is_a_line_and_the_error_is_summed_up():
 
 
 def test_a_study_without_two_ddp_settings_says_why_there_is_no_forecast():
-    text = findings.forecasts({"predictions": predictions([])})
+    text = findings.forecasts({"forecasts": forecasts_table([])})
     assert text.startswith("*Not measured in this study:* a forecast is checked on two or more DDP settings")
 
 
 def test_forecasts_the_study_asked_for_follow_with_their_basis_or_why_not():
-    asked = {"source": "predict", "mode": "ddp", "devices": 8, "global_batch": 256}
-    table = predictions(
+    asked = {"source": "requested", "mode": "ddp", "devices": 8, "global_batch": 256}
+    table = forecasts_table(
         [
             HELD_OUT_256,
             {
@@ -97,7 +97,7 @@ def test_forecasts_the_study_asked_for_follow_with_their_basis_or_why_not():
             },
         ]
     )
-    text = findings.forecasts({"predictions": table})
+    text = findings.forecasts({"forecasts": table})
     assert "Over 1 held-out setting(s): median |error| 3.0 %" in text
     assert (
         "- synthetic/lenet, DDP (gloo) on 8 devices at batch 256: 30,000 samples/s (95 % 20,000-45,000), "
@@ -121,8 +121,8 @@ def forecast_tables(tmp_path) -> dict[str, pd.DataFrame]:
             ),
         ],
     )
-    ahead = {"source": "predict", "mode": "ddp", "backend": "gloo", "global_batch": 256}
-    tables["predictions"] = predictions(
+    ahead = {"source": "requested", "mode": "ddp", "backend": "gloo", "global_batch": 256}
+    tables["forecasts"] = forecasts_table(
         [
             HELD_OUT_256,
             {**ahead, "devices": 4, "predicted_memory_mb": 11.4, "predicted_memory_low": 10.0,
@@ -165,7 +165,7 @@ def test_each_point_is_drawn_with_its_own_interval(forecast_tables):
 
 def test_a_study_without_forecasts_says_so(tmp_path):
     tables = tables_of(tmp_path, [make_record(mode="single")])
-    tables["predictions"] = predictions([])
+    tables["forecasts"] = forecasts_table([])
     fig = plots.FIGURES["forecasts.png"](tables)
     assert "No forecast" in "\n".join(t.get_text() for t in fig.findobj(plt.Text))
     plt.close(fig)
@@ -174,8 +174,8 @@ def test_a_study_without_forecasts_says_so(tmp_path):
 def test_memory_per_device_is_told_beside_the_throughput_where_it_was_forecast():
     memory = {"predicted_memory_mb": 41.0, "predicted_memory_low": 38.0, "predicted_memory_high": 44.0}
     held = {**HELD_OUT_256, **memory, "measured_memory_mb": 40.0, "memory_error": 0.025}
-    asked = {**HELD_OUT_256, **memory, "source": "predict", "devices": 8, "how": "interpolated"}
-    text = findings.forecasts({"predictions": predictions([held, asked])})
+    asked = {**HELD_OUT_256, **memory, "source": "requested", "devices": 8, "how": "interpolated"}
+    text = findings.forecasts({"forecasts": forecasts_table([held, asked])})
     assert (
         "measured 20,000: error +3.0 %; memory 41.0 MB per device (95 % 38.0-44.0), measured 40.0: error +2.5 %."
         in text
@@ -184,24 +184,24 @@ def test_memory_per_device_is_told_beside_the_throughput_where_it_was_forecast()
 
 
 def test_each_forecast_says_whether_it_fits_and_from_which_count():
-    asked = {**HELD_OUT_256, "source": "predict", "how": "interpolated", "capacity_mb": 80 * 1024}
+    asked = {**HELD_OUT_256, "source": "requested", "how": "interpolated", "capacity_mb": 80 * 1024}
     rows = [
         {**asked, "devices": n, "predicted_memory_mb": mb, "need_mb": mb * 1.1 + 760, "fits": mb * 1.1 + 760 <= 81920}
         for n, mb in ((2, 90_000.0), (4, 60_000.0), (8, 30_000.0))
     ]
-    text = findings.forecasts({"predictions": predictions([HELD_OUT_256, *rows])})
+    text = findings.forecasts({"forecasts": forecasts_table([HELD_OUT_256, *rows])})
     assert "; does **not** fit 80 GiB (needs 97.4)." in text  # 90,000 MB + 10 % + 760 MB
     assert "; fits 80 GiB (needs 65.2)." in text
     assert "synthetic/lenet, DDP (gloo) at batch 256 fits at 4, 8 of 2, 4, 8 devices." in text
     unknown = [{**row, "fits": None, "capacity_mb": None} for row in rows]  # a CPU study without a budget
-    text = findings.forecasts({"predictions": predictions([HELD_OUT_256, *unknown])})
+    text = findings.forecasts({"forecasts": forecasts_table([HELD_OUT_256, *unknown])})
     assert "fit" not in text.split("Forecasts of settings not run")[1]
 
 
 def test_the_memory_axis_shows_up_to_where_a_forecast_fits(forecast_tables):
     # a device of 40 MB and a context of 2 MB: a forecast fits below (40 - 2) / 1.1 = 34.5 MB
-    table = forecast_tables["predictions"]
-    forecast_tables["predictions"] = table.assign(
+    table = forecast_tables["forecasts"]
+    forecast_tables["forecasts"] = table.assign(
         capacity_mb=40.0, need_mb=table["predicted_memory_mb"] * 1.1 + 2.0, fits=table["predicted_memory_mb"] < 34.5
     )
     fig = plots.FIGURES["forecasts.png"](forecast_tables)
@@ -211,7 +211,7 @@ def test_the_memory_axis_shows_up_to_where_a_forecast_fits(forecast_tables):
     assert any("fits below 34.5 MB (0.0391 GiB per device)" in t.get_text() for t in memory_ax.texts)
     plt.close(fig)
     # an 80 GB device: far above every point, said in words, not drawn
-    forecast_tables["predictions"] = forecast_tables["predictions"].assign(capacity_mb=81_920.0)
+    forecast_tables["forecasts"] = forecast_tables["forecasts"].assign(capacity_mb=81_920.0)
     fig = plots.FIGURES["forecasts.png"](forecast_tables)
     memory_ax = fig.axes[1]
     assert not [line for line in memory_ax.lines if line.get_linestyle() == "-."]

@@ -189,29 +189,34 @@ def test_ddps_knobs_reach_only_ddp_cells_and_name_them_where_the_sweep_sets_them
         (lambda c: c.update(request_gpus="sometimes"), "request_gpus"),
         (lambda c: c.update(bench={"floor_seconds": 0}), "bench.floor_seconds: 0 is less than or equal to"),
         (lambda c: c.update(bench={"floor": "yes"}), "bench.floor: 'yes' is not of type 'boolean'"),
-        # the predict: block, checked before any job (dpstudy.study.predict)
+        # the forecast: block, checked before any job (dpstudy.study.forecast_requests)
         (
-            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "mode": ["dp"]}]),
-            r"predict #1: mode 'dp' cannot be forecast: the model forecasts ddp, fsdp",
+            lambda c: c.update(forecast=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "mode": ["dp"]}]),
+            r"forecast #1: mode 'dp' cannot be forecast: the model forecasts ddp, fsdp",
         ),
         (
-            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "shard": ["grad_op"]}]),
-            r"predict #1: shard is FSDP's: the item forecasts mode ddp",
+            lambda c: c.update(forecast=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "shard": ["grad_op"]}]),
+            r"forecast #1: shard is FSDP's: the item forecasts mode ddp",
         ),
         (
             lambda c: c.update(
-                predict=[
+                forecast=[
                     {"gpus": [4], "batch": [64], "backend": ["gloo"]},
                     {"gpus": [3], "batch": [64], "backend": ["gloo"]},
                 ]
             ),
-            r"predict #2: batch 64 is not divisible by gpus 3",
+            r"forecast #2: batch 64 is not divisible by gpus 3",
         ),
         (
-            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "nodes": [2]}]),
-            "predict #1: nodes 2 cannot be forecast: the model knows no link between nodes",
+            lambda c: c.update(forecast=[{"gpus": [4], "batch": [64], "backend": ["gloo"], "nodes": [2]}]),
+            "forecast #1: nodes 2 cannot be forecast: the model knows no link between nodes",
         ),
-        (lambda c: c.update(predict=[{"gpus": [4], "batch": [64]}]), "predict.0: 'backend' is a required property"),
+        (lambda c: c.update(forecast=[{"gpus": [4], "batch": [64]}]), "forecast.0: 'backend' is a required property"),
+        # a study written before the key was renamed is told its new name
+        (
+            lambda c: c.update(predict=[{"gpus": [4], "batch": [64], "backend": ["gloo"]}]),
+            r"unknown key 'predict' at \(top level\) \('predict' is now 'forecast'\)",
+        ),
     ],
 )
 def test_bad_nodes_and_resources_are_named(change, message):
@@ -388,28 +393,28 @@ def test_a_grid_keeps_exactly_the_combinations_a_spec_accepts():
 
 
 def test_a_predict_block_is_every_combination_of_its_lists():
-    from dpstudy.study import predict
+    from dpstudy.study import forecast_requests
 
     config = {
         **copy.deepcopy(STUDY),
-        "predict": [{"gpus": [4, 8], "batch": [256, 512], "backend": ["gloo"], "model": ["lenet"]}],
+        "forecast": [{"gpus": [4, 8], "batch": [256, 512], "backend": ["gloo"], "model": ["lenet"]}],
     }
-    asked = predict.requests(sweeps.load(config))
+    asked = forecast_requests.requests(sweeps.load(config))
     assert len(asked) == 4 and {(r["gpus"], r["batch"]) for r in asked} == {(4, 256), (4, 512), (8, 256), (8, 512)}
     assert all(
         r["mode"] == "ddp" and r["nodes"] == 1 and r["model"] == ["lenet"] and r["dataset"] is None for r in asked
     )
     assert {r["shard"] for r in asked} == {"none"}
     # FSDP in both shardings beside DDP, which is asked once whatever the shards
-    config["predict"] = [{"gpus": [4], "batch": [256], "backend": ["gloo"], "mode": ["ddp", "fsdp"]}]
-    config["predict"][0]["shard"] = ["full", "grad_op"]
-    asked = predict.requests(sweeps.load(config))
+    config["forecast"] = [{"gpus": [4], "batch": [256], "backend": ["gloo"], "mode": ["ddp", "fsdp"]}]
+    config["forecast"][0]["shard"] = ["full", "grad_op"]
+    asked = forecast_requests.requests(sweeps.load(config))
     assert [(r["mode"], r["shard"]) for r in asked] == [("ddp", "none"), ("fsdp", "full"), ("fsdp", "grad_op")]
 
 
 def test_the_resolved_study_is_written_from_a_json_configfile_too(tmp_path):
     # Snakemake reads a JSON --configfile into OrderedDicts, which yaml.safe_dump refuses: the
-    # study_config job failed on benchmarks/prediction_accuracy.py's study
+    # study_config job failed on benchmarks/forecast_accuracy.py's study
     from collections import OrderedDict
 
     import yaml

@@ -32,7 +32,7 @@ SMALL = {
             "grid": {"mode": ["dp"], "gpus": [2], "batch": [32]},
         },
     ],
-    "predict": [{"mode": ["ddp"], "gpus": [4, 8], "batch": [64], "backend": ["nccl"]}],
+    "forecast": [{"mode": ["ddp"], "gpus": [4, 8], "batch": [64], "backend": ["nccl"]}],
 }
 SINGLE, DDP1, DDP2, DP2 = (
     "synthetic-lenet-single-g1-b64-none",
@@ -110,7 +110,7 @@ def test_a_cpu_cell_takes_the_machine_a_skipped_one_one_core_a_gpu_cell_its_own_
 
 
 def test_the_collectives_are_measured_at_each_world_size_this_host_holds():
-    # the cells' 2 and predict's 4 and 8, as far as the host holds ranks
+    # the cells' 2 and forecast's 4 and 8, as far as the host holds ranks
     assert study(host_cores=2).comm_world_sizes == [2]  # a CPU study: its cores
     assert study(host_cores=8).comm_world_sizes == [2, 4, 8]
     gpus = study(device="cuda", visible_gpus=8, gpu_budget=4)

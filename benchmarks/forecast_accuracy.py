@@ -1,7 +1,7 @@
 """How well do dpstudy's forecasts predict settings they were not calibrated on?
 
-    .venv/bin/python benchmarks/prediction_accuracy.py --tables results/tables
-    .venv/bin/python benchmarks/prediction_accuracy.py --run [--workdir /tmp/prediction-study] [--repeats 3]
+    .venv/bin/python benchmarks/forecast_accuracy.py --tables results/tables
+    .venv/bin/python benchmarks/forecast_accuracy.py --run [--workdir /tmp/prediction-study] [--repeats 3]
 
 --run first runs STUDY (two models, three batch sizes, one device, DDP and FSDP full and grad_op
 over Gloo on 2 ranks, compile off) with Snakemake in a copy of this checkout, then evaluates its
@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from dpstudy.analysis import tablefiles  # noqa: E402
 from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval  # noqa: E402
-from dpstudy.analysis.predictions import calibration_inputs, group_of, model_sigma  # noqa: E402
+from dpstudy.analysis.forecast_table import calibration_inputs, group_of, model_sigma  # noqa: E402
 
 MODELS = ("simplecnn", "vit")
 BATCHES = (64, 128, 256)
@@ -66,7 +66,7 @@ STRATEGIES = {
     "fsdp": {"mode": ["fsdp"], "gpus": [2], "backend": ["gloo"], "shard": ["full", "grad_op"]},
 }
 STUDY = {
-    "study": "prediction_accuracy",
+    "study": "forecast_accuracy",
     "datasets": {"synthetic_rgb": {"train_size": 2048, "test_size": 512}},
     "defaults": {"epochs": 3, "compile": False},
     "bench": {"kernels": False, "comm": True},

@@ -1,6 +1,6 @@
-"""The `predictions` table: every measured DDP setting forecast from the others (leave-one-out, the
-model's error on this study), then the forecasts the study's `predict:` block asks for
-(dpstudy.study.predict), each by dpstudy.analysis.forecast's model of its forecast group.
+"""The `forecasts` table: every measured DDP setting forecast from the others (leave-one-out, the
+model's error on this study), then the forecasts the study's `forecast:` block asks for
+(dpstudy.study.forecast_requests), each by dpstudy.analysis.forecast's model of its forecast group.
 
 Per row: throughput and speedup over one device, memory per device (the fullest device's step
 peak: on CUDA the allocator's, max_memory_allocated; elsewhere PyTorch's tracker's), each forecast
@@ -164,7 +164,7 @@ def requested(
     requests: list[dict],
     sigma: tuple[float, float],
 ) -> pd.DataFrame:
-    """The table's forecast rows: every request (dpstudy.study.predict.requests) for every forecast
+    """The table's forecast rows: every request (dpstudy.study.forecast_requests.requests) for every forecast
     group with measured DDP or FSDP settings its filters match, calibrated on all of them (`single`,
     `multi`: calibration_inputs'); a request the group cannot answer (no setting over its
     backend, no collective's fit) is a row with the reason as its basis and no numbers. `sigma`:
@@ -182,7 +182,7 @@ def requested(
         for request in requests:
             if any(request[k] is not None and group[k] not in request[k] for k in ("dataset", "model")):
                 continue
-            row = {**group, **{k: request.get(k) for k in ("mode", "shard", "backend")}, "source": "predict"}
+            row = {**group, **{k: request.get(k) for k in ("mode", "shard", "backend")}, "source": "requested"}
             row.update(devices=request["gpus"], global_batch=request["batch"])
             try:  # no DDP setting over the request's backend: say so
                 if model is None:
@@ -207,7 +207,7 @@ def requested(
     return table.reindex(columns=list(COLUMNS))
 
 
-def predictions(
+def forecasts(
     settings: pd.DataFrame,
     cells: pd.DataFrame,
     fits: pd.DataFrame,
@@ -215,7 +215,7 @@ def predictions(
     split: pd.DataFrame | None = None,
     budget_gib: float | None = None,
 ) -> pd.DataFrame:
-    """The `predictions` table: leave_one_out's rows, then the requested forecasts, each with
+    """The `forecasts` table: leave_one_out's rows, then the requested forecasts, each with
     whether it fits (dpstudy.analysis.capacity; `budget_gib`: the study's memory_budget_gib)."""
     single, multi = calibration_inputs(settings, cells, split)
     held_out = held_out_rows(single, multi, fits)

@@ -1,4 +1,4 @@
-"""The study's `predict:` block (schema.yaml): settings to forecast without running them, as the
+"""The study's `forecast:` block (schema.yaml): settings to forecast without running them, as the
 list of requests dpstudy.analysis.forecast answers, checked when the study loads so that a setting
 the model cannot forecast is an error naming its key before any job starts."""
 
@@ -16,13 +16,13 @@ DEFAULTS = {"mode": ["ddp"], "shard": ["full"], "nodes": [1]}
 
 
 def requests(study: dict[str, Any]) -> list[dict[str, Any]]:
-    """One request per combination of every `predict:` item's lists (mode, shard, gpus, nodes,
+    """One request per combination of every `forecast:` item's lists (mode, shard, gpus, nodes,
     batch, backend), with the item's dataset and model filters (None: every workload); a DDP
     request's shard is "none" (shard is FSDP's); ConfigError names the item and key of a setting
     that cannot be forecast."""
     out = []
-    for index, item in enumerate(study.get("predict", []), start=1):
-        where = f"predict #{index}: "
+    for index, item in enumerate(study.get("forecast", []), start=1):
+        where = f"forecast #{index}: "
         grid = {k: item.get(k, DEFAULTS.get(k)) for k in GRID_KEYS}
         for mode in grid["mode"]:
             if mode not in FORECAST_MODES:
