@@ -4,11 +4,9 @@ Snakemake's job rate limiter (`--max-jobs-per-timespan`, default 100/1s, always 
 run) ends every scheduling round by starting a timer that wakes the scheduler one timespan later,
 and each wake-up is a round that starts another: every job that finishes adds a wake-up chain that
 never ends (snakemake 9.27.1, JobScheduler._schedule_reevalutation; upstream discussion in
-snakemake/snakemake#3744). Measured on 2026-11-27, the default study (55 jobs) back to back on
-a 2-core CPU host: 10,086 rounds in 300 s, each starting a thread and checking every ready job's
-inputs, about 30 CPU-s of Snakemake's own process, spent while the timed cells ran: their
-records' `other_load` read 0.11 cores in the median epoch. With one pending wake-up: 288 rounds,
-11 CPU-s, `other_load` 0.054 cores, the study 250 s and 317 CPU-s against 309 s and 398 CPU-s.
+snakemake/snakemake#3744). By the end of a study the scheduler woke many times a second, each
+round starting a thread and checking every ready job's inputs: CPU of Snakemake's own process,
+spent while the timed cells ran (the README quotes what the fix bought, with the date and machine).
 
 `coalesce()` replaces the method by one that keeps at most one timer pending (a later request
 that is due sooner still gets its own): the rate limit still wakes the scheduler once per
