@@ -71,7 +71,7 @@ def load_datasets(spec: dict, mode: Mode):
             wait_until(lambda: data.is_ready(name, root), f"dataset {name} prepared by rank 0")
     meta = data.load_meta(name, root)
     common = dict(
-        shard=mode.shard,
+        partition=mode.partition,
         seed=effective_seed(spec),
         augment=spec["augment"],
         mean=meta["mean"],

@@ -1,6 +1,6 @@
 """Batches for training and evaluation: `loader: torch` and `loader: device`.
 
-Both shard an epoch the way torch's DistributedSampler does (a permutation seeded by
+Both partition an epoch the way torch's DistributedSampler does (a permutation seeded by
 seed + epoch, rank r takes every world-th index from r), so for the same settings they feed
 every rank the same samples; `device` just does it without per-sample Python work.
 """
@@ -23,25 +23,28 @@ CROP_PADDING = 4
 
 
 @dataclass(frozen=True)
-class Shard:
+class Partition:
+    """A rank's part of a split: every `world`-th sample from `rank` on (the data's partition, not
+    FSDP's shard)."""
+
     rank: int
     world: int
 
 
-def epoch_indices(n: int, shard: Shard, seed: int, epoch: int) -> torch.Tensor:
+def epoch_indices(n: int, partition: Partition, seed: int, epoch: int) -> torch.Tensor:
     """The indices DistributedSampler(shuffle=True, drop_last=False) gives this rank."""
     g = torch.Generator()
     g.manual_seed(seed + epoch)
     order = torch.randperm(n, generator=g)
-    total = math.ceil(n / shard.world) * shard.world
+    total = math.ceil(n / partition.world) * partition.world
     if total > n:  # DistributedSampler pads with the first indices so every rank steps equally
         order = torch.cat([order, order[: total - n]])
-    return order[shard.rank : total : shard.world]
+    return order[partition.rank : total : partition.world]
 
 
-def eval_indices(n: int, shard: Shard) -> torch.Tensor:
+def eval_indices(n: int, partition: Partition) -> torch.Tensor:
     """Disjoint, complete and unpadded: the whole test set is evaluated exactly once."""
-    return torch.arange(shard.rank, n, shard.world)
+    return torch.arange(partition.rank, n, partition.world)
 
 
 # ---- loader: torch ---------------------------------------------------------------------------
@@ -80,7 +83,7 @@ class TorchLoader:
         labels,
         *,
         batch: int,
-        shard: Shard,
+        partition: Partition,
         seed: int,
         augment: str,
         mean,
@@ -95,10 +98,10 @@ class TorchLoader:
         self.sampler = None
         if train:
             self.sampler = DistributedSampler(
-                dataset, num_replicas=shard.world, rank=shard.rank, shuffle=True, seed=seed
+                dataset, num_replicas=partition.world, rank=partition.rank, shuffle=True, seed=seed
             )
         else:
-            dataset = Subset(dataset, eval_indices(len(labels), shard).tolist())
+            dataset = Subset(dataset, eval_indices(len(labels), partition).tolist())
         generator = torch.Generator()
         generator.manual_seed(seed)  # worker seeds, hence augmentations, follow the run's seed
         self.loader = DataLoader(
@@ -208,7 +211,7 @@ class DeviceLoader:
         labels,
         *,
         batch: int,
-        shard: Shard,
+        partition: Partition,
         seed: int,
         augment: str,
         mean,
@@ -219,13 +222,13 @@ class DeviceLoader:
     ):
         self.images = images.to(device)
         self.labels = labels.to(device)
-        self.batch, self.shard, self.seed, self.train = batch, shard, seed, train
+        self.batch, self.partition, self.seed, self.train = batch, partition, seed, train
         self.augment = AUGMENT_ON_DEVICE.get(augment) if train else None
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
         self.device, self.channels_last = device, channels_last
         self.generator = torch.Generator(device=device)
-        self.generator.manual_seed(seed * 1009 + shard.rank)  # distinct augmentations per rank
+        self.generator.manual_seed(seed * 1009 + partition.rank)  # distinct augmentations per rank
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -234,8 +237,8 @@ class DeviceLoader:
     def indices(self) -> torch.Tensor:
         n = len(self.labels)
         if self.train:
-            return epoch_indices(n, self.shard, self.seed, self.epoch)
-        return eval_indices(n, self.shard)
+            return epoch_indices(n, self.partition, self.seed, self.epoch)
+        return eval_indices(n, self.partition)
 
     def __len__(self) -> int:
         return math.ceil(len(self.indices()) / self.batch)

@@ -16,7 +16,7 @@ import torch
 
 from dpstudy import models
 from dpstudy.data import synthetic
-from dpstudy.engine.loaders import Shard, make_loader
+from dpstudy.engine.loaders import Partition, make_loader
 from dpstudy.engine.modes import MODES
 from dpstudy.engine.train import Trainer
 from dpstudy.microbench import peaks
@@ -70,7 +70,7 @@ def measure(
         x,
         y,
         batch=batch,
-        shard=Shard(0, 1),
+        partition=Partition(0, 1),
         seed=seed,
         augment=augment,
         mean=mean,

@@ -169,7 +169,7 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
     mode = MODES["fsdp" if sharded else "single"](
         torch.device("cpu"),
         world if sharded else 1,
-        sharding=specs.shard_of(spec["mode"], spec.get("shard", "none")),
+        shard=specs.shard_of(spec["mode"], spec.get("shard", "none")),
         world_size=world if sharded else 1,
     )
     with fake_process_group(world if sharded else 1):

@@ -14,8 +14,9 @@ from dpstudy.engine.modes.dp import DataParallel
 from dpstudy.engine.modes.fsdp import FullyShardedDataParallel
 from dpstudy.study.spec import ONE_PROCESS_MODES, PROCESS_PER_DEVICE_MODES, hardware_gap
 
-# The one registry of modes: a new mode is a class and its entry here (and its name in the study
-# schema's list of modes, dpstudy/study/spec.py).
+# The one registry of modes: a new mode is a class and its entry here, its name in the schema's
+# `$defs/mode` and in spec.py's process layouts (tests/unit/engine/test_modes.py holds them equal);
+# docs/extending.md lists what else a mode touches.
 MODES: dict[str, type[Mode]] = {
     cls.name: cls for cls in (Single, DataParallel, DistributedDataParallel, FullyShardedDataParallel)
 }
@@ -66,7 +67,7 @@ def mode_for(spec: dict, env: dict[str, str] | None = None) -> Mode:
         torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu"),
         gpus,
         backend,
-        sharding=spec.get("shard", "none"),
+        shard=spec.get("shard", "none"),
         rank=int(env.get("RANK", "0")),
         world_size=world,
         local_rank=local_rank,

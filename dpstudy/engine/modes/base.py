@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from dpstudy.engine.compiling import COMPILE_OPTIONS
-from dpstudy.engine.loaders import Shard
+from dpstudy.engine.loaders import Partition
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Mode:
     device: torch.device
     gpus: int = 1
     backend: str = "none"
-    sharding: str = "none"  # fsdp: full | grad_op
+    shard: str = "none"  # fsdp: full | grad_op
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -48,8 +48,8 @@ class Mode:
         return self.rank == 0
 
     @property
-    def shard(self) -> Shard:
-        return Shard(self.rank, self.world_size)
+    def partition(self) -> Partition:
+        return Partition(self.rank, self.world_size)
 
     def devices(self) -> list[int]:
         """CUDA device indices this process drives (DP drives several)."""

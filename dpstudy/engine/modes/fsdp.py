@@ -67,7 +67,7 @@ class FullyShardedDataParallel(ProcessGroupMode):
         policy = MixedPrecisionPolicy(
             param_dtype=amp_dtype, reduce_dtype=torch.float32 if amp_dtype is not None else None
         )
-        reshard = self.sharding == "full"
+        reshard = self.shard == "full"
         if amp_dtype is not None:
             # BatchNorm keeps fp32 parameters beside its fp32 running statistics, as FSDP1's
             # MixedPrecision does by default (_module_classes_to_ignore): a unit of its own.

@@ -4,7 +4,7 @@ from torch.utils.data import DistributedSampler
 
 from dpstudy.engine.loaders import (
     DeviceLoader,
-    Shard,
+    Partition,
     TorchLoader,
     affine_params,
     crop_flip_params,
@@ -20,10 +20,10 @@ LABELS = torch.arange(N) % 10
 MEAN, STD = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
 
 
-def loader(kind, shard, train=True, augment="none", batch=16):
+def loader(kind, partition, train=True, augment="none", batch=16):
     common = dict(
         batch=batch,
-        shard=shard,
+        partition=partition,
         seed=3,
         augment=augment,
         mean=MEAN,
@@ -39,11 +39,11 @@ def loader(kind, shard, train=True, augment="none", batch=16):
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_epoch_shards_are_disjoint_and_complete(world):
-    shards = [epoch_indices(N, Shard(r, world), seed=3, epoch=1) for r in range(world)]
+    shards = [epoch_indices(N, Partition(r, world), seed=3, epoch=1) for r in range(world)]
     assert len({len(s) for s in shards}) == 1  # every rank takes the same number of steps
     together = torch.cat(shards)
     assert len(together) == N and set(together.tolist()) == set(range(N))
-    assert not torch.equal(shards[0], epoch_indices(N, Shard(0, world), seed=3, epoch=2))
+    assert not torch.equal(shards[0], epoch_indices(N, Partition(0, world), seed=3, epoch=2))
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
@@ -51,11 +51,11 @@ def test_shards_match_distributed_sampler(world):
     for rank in range(world):
         sampler = DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=True, seed=3)
         sampler.set_epoch(5)
-        assert list(sampler) == epoch_indices(N, Shard(rank, world), seed=3, epoch=5).tolist()
+        assert list(sampler) == epoch_indices(N, Partition(rank, world), seed=3, epoch=5).tolist()
 
 
 def test_eval_shards_cover_the_test_set_once_without_padding():
-    shards = [eval_indices(10, Shard(r, 4)) for r in range(4)]
+    shards = [eval_indices(10, Partition(r, 4)) for r in range(4)]
     assert sorted(torch.cat(shards).tolist()) == list(range(10))
 
 
@@ -63,7 +63,7 @@ def test_eval_shards_cover_the_test_set_once_without_padding():
 @pytest.mark.parametrize("world", [1, 2])
 def test_torch_and_device_loaders_give_the_same_batches(world, train):
     for rank in range(world):
-        a, b = loader("torch", Shard(rank, world), train), loader("device", Shard(rank, world), train)
+        a, b = loader("torch", Partition(rank, world), train), loader("device", Partition(rank, world), train)
         a.set_epoch(2), b.set_epoch(2)
         batches_a, batches_b = list(a), list(b)
         assert len(batches_a) == len(batches_b) == len(a) == len(b)
@@ -74,7 +74,7 @@ def test_torch_and_device_loaders_give_the_same_batches(world, train):
 
 
 def test_device_loader_normalises_with_the_dataset_statistics():
-    x, y = next(iter(loader("device", Shard(0, 1), train=False, batch=N)))
+    x, y = next(iter(loader("device", Partition(0, 1), train=False, batch=N)))
     expected = (IMAGES.float() / 255 - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
     torch.testing.assert_close(x, expected)
     assert torch.equal(y, LABELS)
@@ -114,7 +114,7 @@ def test_crop_flip_is_a_shifted_possibly_flipped_copy():
 @pytest.mark.parametrize("augment", ["affine", "crop_flip"])
 def test_augmentations_keep_shapes_in_both_loaders(augment):
     for kind in ("torch", "device"):
-        x, y = next(iter(loader(kind, Shard(0, 1), augment=augment)))
+        x, y = next(iter(loader(kind, Partition(0, 1), augment=augment)))
         assert x.shape == (16, 3, 8, 8) and y.shape == (16,)
 
 
@@ -128,7 +128,7 @@ def test_device_loader_gives_the_same_batches_whatever_its_block(monkeypatch, au
 
     def batches(block_bytes, channels_last=False):
         monkeypatch.setattr(loaders, "BLOCK_BYTES", block_bytes)
-        dl = loader("device", Shard(0, 1), augment=augment, batch=20)
+        dl = loader("device", Partition(0, 1), augment=augment, batch=20)
         dl.channels_last = channels_last
         dl.set_epoch(4)
         expected = {0: 20, PAIR: 40, 1 << 30: (1 << 30) // (20 * 768) * 20}[block_bytes]  # 768 bytes a sample

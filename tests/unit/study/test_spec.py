@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -84,3 +85,15 @@ def test_nodes_multiply_the_devices_of_a_cell():
 def test_only_multi_node_cells_name_their_nodes():
     assert cell_id(complete(BASE)) == "synthetic-lenet-ddp-g2-b64-gloo"
     assert cell_id(complete({**BASE, "nodes": 2}), ["nodes", "lr"]) == "synthetic-lenet-ddp-g2-b64-gloo-nodes2-lr0p05"
+
+
+def test_the_schema_admits_exactly_the_model_libraries_the_registry_builds():
+    from dpstudy import models
+    from dpstudy.study import schema
+
+    (pattern,) = [p["pattern"] for p in schema.schema()["$defs"]["model"]["anyOf"] if "pattern" in p]
+    assert set(re.match(r"\^\(([a-z|]+)\):", pattern).group(1).split("|")) == set(models.LIBRARIES)
+    assert set(models.LIBRARIES) == {"torchvision", "timm"}
+    for library in models.LIBRARIES:  # each is a model a study may name, and a kind the registry knows
+        complete({**BASE, "model": f"{library}:resnet18"})
+        assert models.kind(f"{library}:resnet18") == library

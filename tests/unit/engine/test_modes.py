@@ -1,0 +1,24 @@
+"""The modes are one list: the engine's registry (dpstudy.engine.modes.MODES), the study schema's
+`$defs/mode` that configs are validated against, and spec.py's split by process layout name the
+same modes, so that a mode added in one place and forgotten in another fails here."""
+
+from __future__ import annotations
+
+import torch
+
+from dpstudy.engine.modes import MODES
+from dpstudy.study import schema
+from dpstudy.study.spec import ONE_PROCESS_MODES, PROCESS_PER_DEVICE_MODES
+
+
+def test_the_schema_the_spec_and_the_engine_name_the_same_modes():
+    in_schema = schema.schema()["$defs"]["mode"]["enum"]
+    assert set(MODES) == set(in_schema) == {*ONE_PROCESS_MODES, *PROCESS_PER_DEVICE_MODES}
+    assert in_schema == ["single", "dp", "ddp", "fsdp"]
+    # torchrun starts one process per device exactly for the modes whose class joins a process group
+    assert {name for name, cls in MODES.items() if cls.distributed} == set(PROCESS_PER_DEVICE_MODES)
+
+
+def test_a_mode_knows_its_fsdp_shard_and_its_ranks_partition_of_the_data():
+    fsdp = MODES["fsdp"](device=torch.device("cpu"), gpus=2, backend="gloo", shard="grad_op", rank=1, world_size=2)
+    assert fsdp.shard == "grad_op" and (fsdp.partition.rank, fsdp.partition.world) == (1, 2)
