@@ -58,7 +58,7 @@ def test_every_section_quotes_the_settings_speedup(rendered):
     assert ddp["repeats"] == 3 and ddp["speedup_low"] < ddp["speedup"] < ddp["speedup_high"]
     # speedup section, the scaling model's sentence and its table, the sources' verdict
     assert f"DDP (gloo) on 2 devices at batch 32 per device: {quoted} one device's throughput" in text
-    assert f"DDP (gloo) on 2 devices at batch 32 per device: measured {quoted}, model" in text
+    assert f"DDP (gloo) on 2 devices at batch 32 per device: measured {quoted}, scaling model" in text
     assert f"DDP on 2 GPUs runs at {quoted} the throughput of one GPU" in text
     # and no other speedup for that setting anywhere: every 'N.NNx [' in the page is this one
     intervals = set(re.findall(r"\d+\.\d\dx \[\d+\.\d\d-\d+\.\d\d\]", text))
