@@ -2,10 +2,9 @@
 
 Online from the lock (the default set-up), uv installs: it downloads in parallel, keeps unpacked
 wheels in its cache (~/.cache/uv; UV_CACHE_DIR moves it) and links them into a new venv, made
-without pip (uv installs pip); then byte_compile compiles the venv on every core. Measured on a
-2-core machine, a new venv with the lock's CUDA PyTorch from uv's cache: 22-25 s, of which 15-17 s
-byte-compiling (84 s with pip); the same packages at the same versions either way (`pip freeze`
-identical).
+without pip (uv installs pip); then byte_compile compiles the venv on every core. From uv's cache
+a new venv takes a fraction of pip's time, most of it byte-compiling (docs/setup.md quotes it);
+the same packages at the same versions either way (`pip freeze` identical).
 
 pip stays where uv would change what is tested: offline from a folder of wheels (WHEELS=, which
 `make wheelhouse` fills for pip) and on a host's PyTorch (TORCH=system: uv does not see packages a
@@ -104,9 +103,9 @@ def with_uv(venv: Path, args: list[str], python: str) -> bool:
 
 # Byte-compiles the venv's packages but not their own test suites (a quarter of the 13,400 files:
 # pandas', sympy's, scipy's tests/ folders), which nothing imports, on every core in chunks of files:
-# 15-17 s on 2 cores where `uv --compile-bytecode` spent 22 s on all of them and compileall's
-# compile_dir, a file per task, 22 s on the same three quarters. Compiling at all is needed: with
-# PYTHONDONTWRITEBYTECODE set, every process would compile torch from source (8.8 s an import).
+# faster than `uv --compile-bytecode` on all of them and than compileall's compile_dir (a file per
+# task) on the same three quarters. Compiling at all is needed: with PYTHONDONTWRITEBYTECODE set,
+# every process would compile torch from source, seconds an import.
 # Files that are not this Python's syntax (torch's py312 test helpers) are skipped, as uv does.
 BYTE_COMPILE = """
 import compileall, functools, os, re, sysconfig

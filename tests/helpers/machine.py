@@ -1,13 +1,14 @@
 """How fast this machine is right now, by a fixed pure-Python workload on one core, a copy, the
 first touch of fresh memory and a new process importing torch, and what its cores did over the
 run (busy, idle, taken by the hypervisor): the test run prints both at its end, so that a slower
-`make test` can be told apart from a slower machine (the same suite took 13 m 52 s one day and
-17 m 05 s another here), and a run short of cores from one that leaves them idle.
+`make test` can be told apart from a slower machine (the same suite's time has moved by a quarter
+between days on the project's VM: docs/testing.md), and a run short of cores from one that leaves
+them idle.
 
-The last two are what the suite's ~180 cell processes pay each: on this VM the same commit's suite
-took 1,667 CPU-s one day and 2,279 another with the same Python steps/s, while `import torch` in
-a new process went from 1.6-1.8 to 2.2-5.0 CPU-s and fresh pages were first written at 0.3-4.6 GB/s
-(the hypervisor backs pages the guest gave back to it on their first touch)."""
+The last two are what the suite's ~180 cell processes pay each: on a VM the same commit's suite
+can take a third more CPU with the same Python steps/s when `import torch` in a new process and the
+first write of fresh pages slow down (the hypervisor backs pages the guest gave back to it on
+their first touch)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import time
 
-STEPS = 2_000_000  # one round of the arithmetic loop: about 0.15 s here
+STEPS = 2_000_000  # one round of the arithmetic loop: a fraction of a second
 COPY_BYTES = 64 << 20  # one copy: past the caches
 
 

@@ -16,10 +16,9 @@ SHARED = {
     "tests/e2e/test_reruns.py": "default_study",
     "tests/e2e/test_faults.py": "default_study",
 }
-# The longest units first, so that no worker starts one of them when the other is nearly done:
-# in collection order the report's tests (35 s of make test-fast) came last, and one worker ended
-# 8 s after the other. test_train is the longest unit of make test-fast (86 s) and the second of
-# make test (263 s); ViT and compile take 70-90 s of make test, the last four 12-23 s of either.
+# The longest units first, so that no worker starts one of them when the other is nearly done (in
+# collection order the report's tests came last, and one worker ended well after the other). The
+# order follows the per-module times every run prints at its end (tests/helpers/machine.py).
 FIRST = (
     "default_study",
     "tests/e2e/test_cluster.py",
