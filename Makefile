@@ -77,12 +77,13 @@ run-packages:
 system-packages:
 	$(call apt_install,$(SYSTEM_PACKAGES),the tests that need them will be skipped)
 
-# ruff (lint and format) over the Python code, snakefmt over the workflow. `ruff format .` and
-# `snakefmt Snakefile rules` fix what they report.
+# ruff (lint and format) over the Python code, snakefmt and Snakemake's own linter over the workflow.
+# `ruff format .` and `snakefmt Snakefile rules` fix what they report.
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/snakemake --lint
 
 # The tests run in TEST_WORKERS processes (pytest-xdist) and one that runs only the tests that mostly
 # wait: a test module is one unit of work (tests/conftest.py), the longest first. TEST_WORKERS=0 runs

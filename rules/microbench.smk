@@ -55,7 +55,7 @@ rule floor:
     output:
         outputs.floor_path("{repeat}"),
     log:
-        outputs.LOGS_DIR + "/floor_r{repeat}.log",
+        f"{outputs.LOGS_DIR}/floor_r{{repeat}}.log",
     wildcard_constraints:
         repeat="[0-9]+",
     priority: floor_priority

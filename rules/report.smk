@@ -1,6 +1,4 @@
 # Records -> tidy tables -> figures -> the executed report notebook and its HTML page.
-import os
-
 TABLES = outputs.table_files()
 FIGURE_FILES = outputs.figure_files()
 
@@ -10,9 +8,7 @@ FIGURE_FILES = outputs.figure_files()
 # at that record. Read when the run starts (the settings are not known while the Snakefile is
 # parsed); an environment variable, not a param, so flipping the flag reruns nothing.
 onstart:
-    os.environ["DPSTUDY_KEEP_GOING"] = (
-        "1" if workflow.execution_settings.keep_going else "0"
-    )
+    process.tell_keep_going(workflow.execution_settings.keep_going)
 
 
 rule collect:

@@ -19,6 +19,17 @@ def prepare(basedir: str) -> None:
     os.environ["PATH"] = python_first(os.environ.get("PATH", ""))
 
 
+# Whether the run keeps going past a failed job (--keep-going): scripts/collect.py reads it.
+KEEP_GOING = "DPSTUDY_KEEP_GOING"
+
+
+def tell_keep_going(keep_going: bool) -> None:
+    """Tell the jobs this process starts whether the run keeps going past a failed job: collect then
+    lists an unreadable record and collects the rest. An environment variable, not a param, so that
+    flipping the flag reruns nothing."""
+    os.environ[KEEP_GOING] = "1" if keep_going else "0"
+
+
 def python_first(path: str) -> str:
     """`path` with the folder of the interpreter Snakemake runs on (the venv's) first: also when
     it was started as .venv/bin/snakemake without the venv on PATH, a job's `python` is this one

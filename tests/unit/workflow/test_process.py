@@ -16,3 +16,15 @@ def test_jobs_import_this_checkout_and_run_this_interpreter(monkeypatch, tmp_pat
     process.prepare(str(tmp_path))
     assert os.environ["PATH"] == os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin"])
     assert os.environ["PYTHONPATH"] == os.pathsep.join([str(tmp_path), "/elsewhere"])
+
+
+def test_collect_hears_whether_the_run_keeps_going(monkeypatch):
+    from helpers import REPO
+
+    monkeypatch.delenv(process.KEEP_GOING, raising=False)
+    process.tell_keep_going(True)
+    assert os.environ[process.KEEP_GOING] == "1"
+    process.tell_keep_going(False)
+    assert os.environ[process.KEEP_GOING] == "0"
+    # the variable scripts/collect.py reads for its --keep-going default
+    assert f'os.environ.get("{process.KEEP_GOING}") == "1"' in (REPO / "scripts/collect.py").read_text()
