@@ -1,6 +1,6 @@
 """Set up dpstudy's virtual environment, with the lock's PyTorch or the host's, online or offline.
 
-    python3 scripts/setup_venv.py setup [--venv .venv] [--torch lock|system] [--wheels DIR] [--extras test,browser,timm]
+    python3 scripts/setup_venv.py setup [--venv .venv] [--torch lock|system] [--wheels DIR] [--extras test,browser,timm,text,transformers]
                                         [--installer auto|pip]
     python3 scripts/setup_venv.py wheelhouse --dest DIR [--python-version 3.12] [--with-torch]
 
