@@ -22,6 +22,8 @@ import argparse
 import json
 import sys
 
+from dpstudy.data.task import Task
+
 
 def step_excess_mb(model, optimizer, shape, batch: int, cudnn: bool) -> float:
     import torch
@@ -51,7 +53,7 @@ def predicted_mb(name: str, shape, batch: int) -> tuple[float, float]:
     from dpstudy.workflow import memory_plan, workspaces
 
     spec = complete({"dataset": "synthetic_rgb", "model": name, "mode": "single", "batch": batch, "device": "cuda"})
-    parts, _, convs = memory_plan.tracked_fake_step(spec, shape, 10, batch)
+    parts, _, convs = memory_plan.tracked_fake_step(spec, Task.image(shape[0], shape[1], 10), batch)
     seen = []
 
     def measure(conv, device, amp_dtype):
@@ -69,7 +71,7 @@ def measure(name: str, batches: list[int]) -> list[dict]:
 
     shape = (3, 32, 32)
     torch.manual_seed(0)
-    model = models.build(name, *shape[:2], 10).cuda()
+    model = models.build(name, Task.image(shape[0], shape[1], 10)).cuda()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     step_excess_mb(model, optimizer, shape, min(batches), cudnn=True)  # warm-up
     rows = []

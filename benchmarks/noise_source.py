@@ -61,11 +61,12 @@ os.sched_setaffinity(0, [int(sys.argv[3])])
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, sys.argv[4])
+from dpstudy.data.task import Task
 from dpstudy.models import build
 torch.manual_seed(0)
 batch, turn = int(sys.argv[1]), float(sys.argv[2])
 x, y = torch.randn(8000, 1, 28, 28), torch.randint(0, 10, (8000,))
-model = build("lenet", 1, 28)
+model = build("lenet", Task.image(1, 28, 10))
 opt = torch.optim.Adam(model.parameters(), lr=0.003)
 loss_fn = torch.nn.CrossEntropyLoss()
 

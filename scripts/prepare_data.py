@@ -1,4 +1,4 @@
-"""Prepare one dataset: download and verify it, or generate it (dpstudy.data.store.prepare).
+"""Prepare one dataset: download and verify it, generate it, or read your own (dpstudy.data.store.prepare).
 
 python scripts/prepare_data.py NAME --root results/data [--overrides '{"mirror": "..."}']
 """
@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
         "--overrides",
         default="{}",
         help="JSON object of the config's datasets.NAME (mirror, md5, train_size, test_size; a user "
-        "dataset's source, path, test_path, test_fraction, image_size, channels, args)",
+        "dataset's source, path, test_path, test_fraction, image_size, channels, args; a text's "
+        "tokenizer, vocab_size)",
     )
     parser.add_argument("--code-path", default="", help="where a user's dataset function is imported from")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Set up dpstudy's virtual environment, with the lock's PyTorch or the host's, online or offline.
 
-    python3 scripts/setup_venv.py setup [--venv .venv] [--torch lock|system] [--wheels DIR] [--extras test,browser,timm,text,transformers]
-                                        [--installer auto|pip]
+    python3 scripts/setup_venv.py setup [--venv .venv] [--torch lock|system] [--wheels DIR]
+                                        [--extras test,browser,timm,text,transformers] [--installer auto|pip]
     python3 scripts/setup_venv.py wheelhouse --dest DIR [--python-version 3.12] [--with-torch]
 
 `make setup`, `make wheelhouse` and `make run`/`make test` call it; the Makefile's variables TORCH,

@@ -25,6 +25,7 @@ from dpstudy.analysis import (
     strategies,
     strategy_forecasts,
     summary,
+    utilisation,
 )
 from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.records import read_records
@@ -79,16 +80,17 @@ def summarise(
     "forecasts", every measured DDP and FSDP setting forecast from the others and the forecasts `requests`
     asks for (dpstudy.study.forecast_requests.requests; dpstudy.analysis.forecast_table), each held against
     `budget_gib` (the study's memory_budget_gib) or the CUDA device's memory (capacity)."""
-    cells, epochs = tables["cells"], tables["epochs"]
-    settings = stats.settings_table(cells)
+    floor = machine_floor.floor_table([]) if floor is None else floor
+    cells, epochs = utilisation.with_utilisation(tables["cells"], floor), tables["epochs"]
+    settings = utilisation.settings_with_utilisation(stats.settings_table(cells), cells)
     model = scaling.model(cells, epochs, comm)
     model_by_setting = scaling.settings_model(model, settings)
-    floor = machine_floor.floor_table([]) if floor is None else floor
     fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
     forecasts = forecast_table.forecasts(settings, cells, fits, requests or [], tables["memory_split"], budget_gib)
     ranked = strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"])
     return {
         **tables,
+        "cells": cells,
         "settings": settings,
         "scaling": model,
         "scaling_settings": model_by_setting,

@@ -78,8 +78,10 @@ GATHER_SHARE = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
 
 
 def scheme_of(mode: str, shard) -> str:
-    """The key of MESSAGES for a setting's mode and shard (an FSDP setting without one shards full)."""
-    return f"fsdp {shard if shard in ('full', 'grad_op') else 'full'}" if mode == "fsdp" else mode
+    """The key of MESSAGES for a setting's mode and shard (an FSDP setting without one shards full);
+    fsdp hybrid has none: the model does not price HSDP's two-level collectives, so its settings
+    neither calibrate nor are forecast (forecast_table.calibration_inputs; a request says why)."""
+    return f"fsdp {shard if shard in ('full', 'grad_op', 'hybrid') else 'full'}" if mode == "fsdp" else mode
 
 
 def collective_time(

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis import capacity
-from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval, scheme_of
+from dpstudy.analysis.forecast import FORECAST_GROUP, MESSAGES, Calibration, interval, scheme_of
 from dpstudy.analysis.memory_forecast import held_memory, outside_tracker, setting_memory
 
 COLUMNS = (
@@ -69,6 +69,7 @@ def calibration_inputs(
     multi = settings[settings["mode"].isin(["ddp", "fsdp"]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
     multi["scheme"] = [scheme_of(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
+    multi = multi[multi["scheme"].isin(MESSAGES)]  # fsdp hybrid: no model of its collectives
     columns = [c for c in (*PROBES, *OPTIONAL) if c in cells]
     probes = cells.set_index("cell")[columns]
     for column in columns:  # the setting's `cells`: its finished repeats, space-separated

@@ -9,8 +9,28 @@ from dpstudy.study import schema
 from dpstudy.study.spec import DDP_KNOBS
 
 SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
+
+
+def _numeric_dtype(prop: dict) -> str | None:
+    """The column dtype of a nullable numeric spec key: a column of nulls stays numeric, so that
+    tables group and join on it alike however they were made (CSV reads an empty column as float)."""
+    prop = schema.resolve(prop)
+    kinds = prop.get("type") if isinstance(prop.get("type"), list) else [prop.get("type")]
+    if "null" not in kinds:
+        return None
+    return "Int64" if "integer" in kinds else "float64" if "number" in kinds else None
+
+
+NUMERIC_SPEC_DTYPES = {
+    key: dtype
+    for key, prop in schema.schema()["$defs"]["spec"]["properties"].items()
+    if (dtype := _numeric_dtype(prop)) is not None
+}
 # A record made before a setting existed ran with that setting's default (nodes: one node).
 SPEC_DEFAULTS = schema.defaults("spec")
+# Text settings whose null means a value: the tables hold the value, never an all-null column of
+# text (grouped, it turns into numbers, and joins on it fail).
+NULL_MEANS = {"activation_checkpointing": "none"}
 # Keys that may differ between a cell and its single-device baseline. batch_scope and
 # lr_scaling change nothing on one device, so the baseline ignores them too.
 BASELINE_IGNORES = (
@@ -25,6 +45,7 @@ BASELINE_IGNORES = (
     "batch_scope",
     "lr_scaling",
     *DDP_KNOBS,  # DDP's own arguments: a single device runs without them
+    "replicate",  # shard hybrid's replicas: likewise
 )
 BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
 # A setting: a cell up to its repeat index; the repeats of a setting are summarised together.

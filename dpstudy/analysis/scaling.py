@@ -116,7 +116,7 @@ def sync_times(cell: pd.Series, comm: pd.DataFrame | None) -> tuple[float, float
         probed = float(cell["allreduce_s"]) if pd.notna(cell["allreduce_s"]) else math.nan
         nbytes = cell["grad_bytes"]
         bench = None if pd.isna(nbytes) else collective_time(comm, cell, "all_reduce", float(nbytes), 2 * (n - 1) / n)
-    elif cell["mode"] == "fsdp":
+    elif cell["mode"] == "fsdp" and cell["shard"] != "hybrid":  # HSDP's two levels: not modelled
         passes = 2 if cell["shard"] == "full" else 1
         parts = [cell[k] for k in ("allgather_s", "reduce_scatter_s", "gather_bytes", "grad_bytes", "units")]
         if any(pd.isna(p) for p in parts):

@@ -2,10 +2,10 @@
 by side, ranked, with the memory each needs per device and the model's reason for the order.
 
 A workload is a setting up to its strategy. The strategy keys (STRATEGY_KEYS: mode, devices per
-node, nodes, backend, shard, compile, batch scope, lr scaling and DDP's knobs) vary within a workload; every other
-setting key (dataset, model, global batch, precision, ..., the device kind) is the workload's, so
-strategies are compared at the same global batch. The `strategies` table has one row per strategy
-the study asked for, run or not:
+node, nodes, backend, shard and hybrid's replicate, compile, batch scope, lr scaling and DDP's knobs)
+vary within a workload; every other setting key (dataset, model, global batch, precision, ..., the
+device kind) is the workload's, so strategies are compared at the same global batch. The
+`strategies` table has one row per strategy the study asked for, run or not:
 
   status, reason      ok when any repeat finished (the numbers are its finished repeats'); else the
                       first repeat's status and reason
@@ -14,6 +14,8 @@ the study asked for, run or not:
                       reason (no GPU, no NCCL, ...)
   samples_per_s       the setting's throughput (geometric mean of repeats, 95 % interval:
                       dpstudy.analysis.stats), `setting` its number in the settings table
+  tokens_per_s, mfu   the same in tokens/s (text) and model FLOPs utilisation, with the same
+                      interval (dpstudy.analysis.utilisation)
   vs_one_device       its throughput over the workload's one-device eager setting (mode single,
                       compile false), Welch's interval on log throughput; the reference itself is 1 (no interval)
   memory_mb           one training step's peak on the fullest device (PyTorch's tracker,
@@ -45,10 +47,15 @@ from dpstudy.analysis.keys import SETTING_KEYS
 from dpstudy.record.fields import BUDGET_MARK
 from dpstudy.study.spec import DDP_KNOBS
 
-STRATEGY_KEYS = ("mode", "gpus", "nodes", "backend", "shard", "compile", "batch_scope", "lr_scaling", *DDP_KNOBS)
+STRATEGY_KEYS = (
+    *("mode", "gpus", "nodes", "backend", "shard", "replicate", "compile", "batch_scope", "lr_scaling"),
+    *DDP_KNOBS,
+)
 # follow from the strategy at the workload's global batch
 DERIVED_KEYS = ("devices", "batch")
 WORKLOAD_KEYS = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *DERIVED_KEYS))
+# the throughput in work, per setting with its interval (dpstudy.analysis.utilisation)
+THROUGHPUTS = ("tokens_per_s", "mfu")
 COLUMNS = (
     "workload",
     *WORKLOAD_KEYS,
@@ -63,6 +70,12 @@ COLUMNS = (
     "samples_per_s",
     "samples_per_s_low",
     "samples_per_s_high",
+    "tokens_per_s",
+    "tokens_per_s_low",
+    "tokens_per_s_high",
+    "mfu",
+    "mfu_low",
+    "mfu_high",
     "vs_one_device",
     "vs_one_device_low",
     "vs_one_device_high",
@@ -167,7 +180,10 @@ def strategies_table(
 def join_settings(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     """The settings table's number, repeats and throughput interval of each finished strategy."""
     keys = [*WORKLOAD_KEYS, *STRATEGY_KEYS]
-    columns = ["setting", "repeats", "samples_per_s", "samples_per_s_low", "samples_per_s_high"]
+    wanted = ["setting", "repeats"] + [
+        f"{m}{p}" for m in ("samples_per_s", *THROUGHPUTS) for p in ("", "_low", "_high")
+    ]
+    columns = [c for c in wanted if c in settings.columns]  # a settings table without utilisation: no THROUGHPUTS
     if settings.empty:
         return table.assign(**{c: math.nan for c in columns})
     found = settings.drop_duplicates(subset=keys)[[*keys, *columns]]

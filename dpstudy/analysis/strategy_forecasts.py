@@ -34,6 +34,7 @@ def forecast_rows(strategies: pd.DataFrame, forecasts: pd.DataFrame) -> pd.DataF
         strategy = {k: first[k] for k in STRATEGY_KEYS}  # DDP's knobs, compile and the like: the workload's
         strategy.update(mode=made["mode"], gpus=int(made["devices"]), nodes=1, backend=made["backend"])
         strategy.update(shard=made.get("shard") if isinstance(made.get("shard"), str) else "none")
+        strategy["replicate"] = None  # forecasts are never hybrid (forecast.MESSAGES)
         strategy["compile"] = bool(made["compile"]) if pd.notna(made.get("compile")) else False
         rows.append(
             {

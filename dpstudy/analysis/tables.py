@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 
 from dpstudy.analysis.baseline import with_speedup
-from dpstudy.analysis.keys import SPEC_DEFAULTS, SPEC_KEYS, column_value
+from dpstudy.analysis.keys import NULL_MEANS, NUMERIC_SPEC_DTYPES, SPEC_DEFAULTS, SPEC_KEYS, column_value
+from dpstudy.analysis.utilisation import COST_COLUMNS, cost_columns
 from dpstudy.record.fields import (
     EPOCH_FIELDS,
     IN_CELL_RATES,
@@ -65,6 +66,8 @@ CELL_COLUMNS = (
     "peak_mem_mb_min",
     "other_load",
     *IN_CELL_RATES,
+    *COST_COLUMNS,
+    "final_test_loss",
     "baseline",
     "speedup",
     "efficiency",
@@ -116,6 +119,7 @@ def global_batch(spec: dict[str, Any]) -> int | None:
 def cell_settings(rec: dict[str, Any]) -> dict[str, Any]:
     """The columns every table repeats: id, every spec key, status and where it ran."""
     spec, env = {**SPEC_DEFAULTS, **rec["spec"]}, rec["env"]
+    spec |= {k: v for k, v in NULL_MEANS.items() if spec.get(k) is None}
     return {
         "cell": rec["cell"],
         **{k: column_value(spec.get(k)) for k in SPEC_KEYS},
@@ -191,6 +195,8 @@ def cell_row(
         "peak_mem_mb_min": min(last_peaks, default=None),
         "other_load": other_load(epochs),
         **machine_rates(epochs),
+        **cost_columns(rec),
+        "final_test_loss": epochs[-1]["test_loss"] if epochs else None,
         "stale": is_stale(code, rec["spec"], current_hash, factory_hash),
         "record": path,
         **{col: env.get(key) for key, col in ENV_COLUMNS.items()},
@@ -212,7 +218,12 @@ def cells_table(
     cells = pd.DataFrame(rows, columns=[c for c in CELL_COLUMNS if c not in ("baseline", "speedup", "efficiency")])
     cells = cells.astype(
         {
+            **NUMERIC_SPEC_DTYPES,
             "samples_per_s": float,
+            "final_test_loss": float,
+            "flops_per_sample": float,
+            "hardware_flops_per_sample": float,
+            "tokens_per_sample": "Int64",
             "other_load": float,
             **dict.fromkeys(IN_CELL_RATES, float),
             "gpus": "Int64",
@@ -240,7 +251,8 @@ def epochs_table(records: list[tuple[str, dict]]) -> pd.DataFrame:
                     "compile_s": e.get("compile_s"),
                 }
             )
-    return pd.DataFrame(rows, columns=list(EPOCH_COLUMNS)).sort_values(["cell", "epoch"], ignore_index=True)
+    table = pd.DataFrame(rows, columns=list(EPOCH_COLUMNS)).astype(NUMERIC_SPEC_DTYPES)
+    return table.sort_values(["cell", "epoch"], ignore_index=True)
 
 
 def ranks_table(records: list[tuple[str, dict]]) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""The dataset registry: every dataset of the source reports, with its shape, classes and files.
+"""The dataset registry: every dataset of the source reports, with its shape, classes and files,
+and the text datasets (kind "text": a vocabulary instead of a shape and classes).
 
 No torch or torchvision at import time: the Snakefile imports the registry and must stay fast.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from dpstudy.data.task import IMAGE, TEXT
 from dpstudy.util.errors import ConfigError
 
 
@@ -21,9 +23,15 @@ class DatasetInfo:
     channels: int
     size: int  # image height == width
     classes: tuple[str, ...]
-    generated: bool  # True: made from a seed by dpstudy.data.synthetic, nothing to download
+    generated: bool  # True: made from a seed by dpstudy.data.synthetic(_text), nothing to download
     files: tuple[str, ...]  # downloaded file names; must match torchvision's (tests check)
-    stand_in: str | None = None  # the generated dataset of the same shape and classes (config stand_in)
+    stand_in: str | None = None  # the generated dataset of the same shape and classes, or vocabulary (config stand_in)
+    kind: str = IMAGE  # IMAGE or TEXT (dpstudy.data.task); a text dataset has no shape nor classes
+    vocab_size: int = 0  # text: the tokenizer's symbols (256: bytes)
+
+    @property
+    def is_text(self) -> bool:
+        return self.kind == TEXT
 
 
 _DIGITS = tuple(str(d) for d in range(10))
@@ -34,6 +42,7 @@ _MNIST_FILES = (
     "t10k-labels-idx1-ubyte.gz",
 )
 _PATTERNS = tuple(f"c{d}" for d in range(10))
+BYTES = 256  # the byte tokenizer's vocabulary
 
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
@@ -69,9 +78,13 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo("synthetic", 1, 28, _PATTERNS, True, ()),
         DatasetInfo("synthetic_rgb", 3, 32, _PATTERNS, True, ()),
         DatasetInfo("synthetic_stl", 3, 96, _PATTERNS, True, ()),
+        # Text: byte tokens. The URL and MD5 of tiny_shakespeare's file are dpstudy.data.fetch's.
+        DatasetInfo("tiny_shakespeare", 0, 0, (), False, ("input.txt",), "synthetic_text", TEXT, BYTES),
+        DatasetInfo("synthetic_text", 0, 0, (), True, (), kind=TEXT, vocab_size=BYTES),
     )
 }
-# The overrides (config datasets.NAME) that apply to one kind of dataset only.
+# The overrides (config datasets.NAME) that apply to one kind of dataset only. A generated text
+# dataset's sizes are tokens, an image dataset's samples.
 GENERATED_ONLY = ("train_size", "test_size")
 DOWNLOADED_ONLY = ("mirror", "md5")
 

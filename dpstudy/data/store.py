@@ -1,22 +1,26 @@
-"""Preparing a dataset once into compact uint8 tensor files, and reading it back.
+"""Preparing a dataset once into compact tensor files, and reading it back.
 
-`{root}/{name}/` holds `train.pt` and `test.pt` ({"images": uint8 [N,C,H,W], "labels": int64 [N]}),
-raw downloads under `raw/`, and `meta.json`, the ready marker: it is written last, after every
-file is verified and converted, so a dataset is either ready or not there at all.
+`{root}/{name}/` holds `train.pt` and `test.pt` ({"images": uint8 [N,C,H,W], "labels": int64 [N]};
+a text dataset's {"tokens": 1-D uint8 or int32}, dpstudy.data.text), raw downloads under `raw/`,
+and `meta.json`, the ready marker: it is written last, after every file is verified and
+converted, so a dataset is either ready or not there at all. A meta.json without `kind` is an
+image dataset's (image datasets' meta.json never had one).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpstudy.data import synthetic, user, user_folder, user_function
+from dpstudy.data import synthetic, user, user_folder, user_function, user_text
+from dpstudy.data.files import save_atomic, sha256_of
 from dpstudy.data.registry import DATASETS, GENERATED_ONLY, DatasetError, info, log
-from dpstudy.util.atomic import atomic_output, write_json
+from dpstudy.data.task import IMAGE, TEXT, Task
+from dpstudy.util.atomic import write_json
 from dpstudy.util.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -25,6 +29,9 @@ if TYPE_CHECKING:
 SPLITS = ("train", "test")
 GENERATOR_SEED = 0
 GENERATED_SIZES = {"train_size": 10000, "test_size": 2000}  # divisible by 1, 2, 4 and 8 devices
+# synthetic_text's tokens: a GPT of 2 layers, d_model 64, seq_len 128 trains an epoch in about 2 s
+# on 2 CPU cores (1,562 windows of 128) and learns it within 2 or 3 (dpstudy.data.synthetic_text).
+GENERATED_TEXT_SIZES = {"train_size": 200_000, "test_size": 20_000}
 
 
 def dataset_dir(name: str, root: str | Path) -> Path:
@@ -41,25 +48,83 @@ def load_meta(name: str, root: str | Path) -> dict[str, Any]:
     return json.loads((dataset_dir(name, root) / "meta.json").read_text())
 
 
+def kind_of(meta: dict[str, Any]) -> str:
+    return meta.get("kind", IMAGE)
+
+
 def load_split(name: str, root: str | Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(uint8 images [N, C, H, W], int64 labels [N]) of a prepared dataset."""
+    """(uint8 images [N, C, H, W], int64 labels [N]) of a prepared image dataset."""
+    blob = _load_blob(name, root, split, IMAGE)
+    return blob["images"].contiguous(), blob["labels"]
+
+
+def load_tokens(name: str, root: str | Path, split: str) -> torch.Tensor:
+    """The 1-D tokens of a prepared text dataset's split: uint8 when its vocabulary fits a byte,
+    else int32 (as stored: a loader widens a batch, never the whole split)."""
+    return _load_blob(name, root, split, TEXT)["tokens"]
+
+
+def _load_blob(name: str, root: str | Path, split: str, kind: str) -> dict:
     import torch
 
     if split not in SPLITS:
         raise ConfigError(f"split {split!r} is not one of {list(SPLITS)}")
-    _require_ready(name, root)
-    blob = torch.load(dataset_dir(name, root) / f"{split}.pt", weights_only=True)
-    return blob["images"].contiguous(), blob["labels"]
+    stored = kind_of(load_meta(name, root))
+    if stored != kind:
+        reader = "load_tokens" if stored == TEXT else "load_split"
+        article = {IMAGE: "an image", TEXT: "a text"}
+        raise DatasetError(
+            f"dataset {name!r} is {article[stored]} dataset, not {article[kind]} one: read it with {reader}"
+        )
+    return torch.load(dataset_dir(name, root) / f"{split}.pt", weights_only=True)
 
 
 def shape_and_classes(name: str, root: str | Path) -> tuple[tuple[int, int, int], list[str]]:
-    """((channels, size, size), class names) of a dataset: the registry's, or for a user dataset
-    its prepared meta.json's."""
+    """((channels, size, size), class names) of an image dataset: the registry's, or for a user
+    dataset its prepared meta.json's. A text dataset has neither: see data_task."""
     if not user.is_user(name):
         dataset = info(name)
+        if dataset.is_text:
+            raise ConfigError(f"dataset {name!r} is a text dataset: it has no image shape nor classes")
         return (dataset.channels, dataset.size, dataset.size), list(dataset.classes)
     meta = load_meta(name, root)
+    if kind_of(meta) == TEXT:
+        raise ConfigError(f"dataset {name!r} is a text dataset: it has no image shape nor classes")
     return tuple(meta["shape"]), meta["classes"]
+
+
+def data_task(
+    name: str,
+    root: str | Path,
+    seq_len: int | Callable[[], int] | None,
+    overrides: dict | None = None,
+    code_path: str | None = None,
+) -> Task:
+    """What a model needs of the dataset (dpstudy.data.task.Task), before or after it is prepared
+    for the registry's datasets and a user's text (its settings, `overrides`, tell the
+    vocabulary: 256 bytes, the BPE's vocab_size, a tokenizer file's); a user's images and a user
+    dataset given without its settings from the prepared meta.json. A text task takes `seq_len`,
+    or a function that gives it (a cell's window, which depends on its model: asked only of text)."""
+    if not user.is_user(name):
+        dataset = info(name)
+        if not dataset.is_text:
+            return Task.image(dataset.channels, dataset.size, len(dataset.classes))
+        return Task.text(dataset.vocab_size, _seq_len(name, seq_len))
+    own = user.describe(name, overrides, code_path) if overrides is not None else None
+    if own is not None and own.is_text:
+        return Task.text(user_text.vocab_size(own), _seq_len(name, seq_len))
+    meta = load_meta(name, root)
+    if kind_of(meta) == TEXT:
+        return Task.text(meta["vocab_size"], _seq_len(name, seq_len))
+    return Task.image(meta["shape"][0], meta["shape"][1], len(meta["classes"]))
+
+
+def _seq_len(name: str, seq_len: int | Callable[[], int] | None) -> int:
+    if callable(seq_len):
+        return seq_len()
+    if seq_len is None:
+        raise ConfigError(f"dataset {name!r} is a text dataset: set seq_len, the tokens of a sample's input")
+    return seq_len
 
 
 def _require_ready(name: str, root: str | Path) -> None:
@@ -106,9 +171,10 @@ def prepare(name: str, root: str | Path, overrides: dict | None = None, code_pat
 
 
 def split_sizes(name: str, root: str | Path, overrides: dict | None = None) -> tuple[int, int] | None:
-    """(train, test) samples of a dataset before or after it is prepared: a prepared one's meta, a
-    generated one's sizes (the study's overrides, else the defaults); None for a download not yet
-    prepared (the memory plan then says it could not see the data)."""
+    """(train, test) samples (a text dataset's: tokens) of a dataset before or after it is
+    prepared: a prepared one's meta, a generated one's sizes (the study's overrides, else the
+    defaults); None for a download or a user's data not yet prepared (the memory plan then says it
+    could not see the data)."""
     if is_ready(name, root):
         splits = load_meta(name, root)["splits"]
         return splits["train"]["n"], splits["test"]["n"]
@@ -119,7 +185,8 @@ def split_sizes(name: str, root: str | Path, overrides: dict | None = None) -> t
 def _generator_params(name: str, overrides: dict) -> dict | None:
     if not DATASETS[name].generated:
         return None
-    return {"seed": GENERATOR_SEED, **{key: overrides.get(key, GENERATED_SIZES[key]) for key in GENERATED_ONLY}}
+    defaults = GENERATED_TEXT_SIZES if DATASETS[name].is_text else GENERATED_SIZES
+    return {"seed": GENERATOR_SEED, **{key: overrides.get(key, defaults[key]) for key in GENERATED_ONLY}}
 
 
 def _remove_leftovers(folder: Path) -> None:
@@ -131,24 +198,37 @@ def _remove_leftovers(folder: Path) -> None:
 
 
 def _generate(name: str, folder: Path, params: dict) -> dict[str, Any]:
-
     dataset = DATASETS[name]
+    if dataset.is_text:
+        from dpstudy.data import text
+
+        return text.generate(name, folder, params)
     log(name, f"generating {params['train_size']} train + {params['test_size']} test samples, seed {params['seed']}")
     data = synthetic.splits(dataset.channels, dataset.size, **params)
     return {**_write_splits(name, folder, data, dataset.classes), "sources": {}, "generator": params}
 
 
 def _read_user(dataset: user.UserDataset, folder: Path, fingerprint: str) -> dict[str, Any]:
+    source = {"source": dataset.source, **({"path": dataset.path} if dataset.path else {})}
+    if dataset.is_text:
+        from dpstudy.data import text
+
+        return {**text.from_user(dataset, folder), "sources": source, "fingerprint": fingerprint}
     read = user_folder.read_folder if dataset.is_folder else user_function.read_function
     data, classes = read(dataset)
-    source = {"source": dataset.source, **({"path": dataset.path} if dataset.path else {})}
     return {**_write_splits(dataset.name, folder, data, classes), "sources": source, "fingerprint": fingerprint}
 
 
 def _download(name: str, folder: Path, overrides: dict) -> dict[str, Any]:
-    from dpstudy.data import download  # torchvision, only for datasets that are downloaded
+    from dpstudy.data import fetch
 
-    sources = download.fetch(name, DATASETS[name].files, folder / "raw", overrides)
+    sources = fetch.fetch(name, DATASETS[name].files, folder / "raw", overrides)
+    if DATASETS[name].is_text:
+        from dpstudy.data import text
+
+        return {**text.from_download(name, folder, folder / "raw" / DATASETS[name].files[0]), "sources": sources}
+    from dpstudy.data import download  # torchvision, only for the image datasets that are downloaded
+
     workdir = Path(tempfile.mkdtemp(dir=folder, prefix=".extract-"))
     try:
         data = download.read_splits(name, folder / "raw", workdir)
@@ -176,8 +256,8 @@ def _write_splits(name: str, folder: Path, data: dict, classes) -> dict[str, Any
     splits = {}
     for split, (images, labels) in data.items():
         file = f"{split}.pt"
-        _save_atomic(folder / file, {"images": images.contiguous(), "labels": labels})
-        splits[split] = {"n": len(labels), "file": file, "sha256": _sha256(folder / file)}
+        save_atomic(folder / file, {"images": images.contiguous(), "labels": labels})
+        splits[split] = {"n": len(labels), "file": file, "sha256": sha256_of(folder / file)}
         log(name, f"converted {len(labels)} {split} samples")
     mean, std = channel_stats(data["train"][0])
     return {
@@ -204,18 +284,3 @@ def channel_stats(images: torch.Tensor) -> tuple[list[float], list[float]]:
         means.append(mean.item())
         stds.append(((counts * (values - mean) ** 2).sum() / (n - 1)).sqrt().item())
     return means, stds
-
-
-def _save_atomic(path: Path, obj: Any) -> None:
-    import torch
-
-    with atomic_output(path) as tmp:
-        torch.save(obj, tmp)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

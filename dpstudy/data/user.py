@@ -9,9 +9,11 @@
                        (train, test, classes): train and test each a pair (images, labels) of
                        tensors or a Dataset of (image, label); images uint8 0-255 or float 0-1,
                        [N, C, H, W] or [C, H, W] per sample; resized to `image_size` when given
+  text                 a text file or a folder of .txt files at `path`, tokenized by `tokenizer`
+                       (dpstudy.data.user_text describes it, dpstudy.data.text reads it)
 
 A study declares them under `datasets` (a name of its own with `source: imagefolder` or
-`source: <module>:<callable>`), or names a function directly as the sweep's dataset. The
+`source: <module>:<callable>`, `source: text`), or names a function directly as the sweep's dataset. The
 fingerprint of what a preparation read (the folder's file list with sizes and times, or the
 function's source and args, and the settings) is written to meta.json: a new fingerprint
 prepares anew, and the workflow reruns the cells on the data.
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpstudy.data import user_text
 from dpstudy.data.registry import DATASETS
 from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
@@ -40,6 +43,8 @@ IMAGEFOLDER = "imagefolder"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 DEFAULT_TEST_FRACTION = 0.2
 USER_KEYS = ("source", "path", "test_path", "test_fraction", "image_size", "channels", "args")
+TEXT_KEYS = ("tokenizer", "vocab_size")  # a text dataset's own
+OWN_KEYS = USER_KEYS + TEXT_KEYS  # every setting of a user's dataset (none applies to the registry's)
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,16 @@ class UserDataset:
     channels: int = 3
     args: dict = field(default_factory=dict)
     code_path: str | None = None  # where the callable's module is found (the study's code_path)
+    tokenizer: str | None = None  # text: byte, bpe or a tokenizer.json (None: byte)
+    vocab_size: int | None = None  # text with tokenizer bpe
 
     @property
     def is_folder(self) -> bool:
         return self.source == IMAGEFOLDER
+
+    @property
+    def is_text(self) -> bool:
+        return self.source == user_text.SOURCE
 
 
 def is_user(name: str) -> bool:
@@ -81,8 +92,11 @@ def describe(name: str, settings: dict | None, code_path: str | None = None, whe
     settings = dict(settings or {})
     where = f"{where}datasets.{name}: " if settings or not refs.split(name) else f"{where}dataset {name!r}: "
     source = settings.get("source") or (name if refs.split(name) else IMAGEFOLDER)
-    if source != IMAGEFOLDER and not refs.split(source):
-        raise ConfigError(f"{where}source {source!r} is neither {IMAGEFOLDER!r} nor a function <module>:<callable>")
+    if source not in (IMAGEFOLDER, user_text.SOURCE) and not refs.split(source):
+        raise ConfigError(
+            f"{where}source {source!r} is neither {IMAGEFOLDER!r}, {user_text.SOURCE!r} nor a function "
+            "<module>:<callable>"
+        )
     dataset = UserDataset(
         name=name,
         source=source,
@@ -93,7 +107,15 @@ def describe(name: str, settings: dict | None, code_path: str | None = None, whe
         channels=settings.get("channels", 3),
         args=settings.get("args") or {},
         code_path=code_path,
+        tokenizer=settings.get("tokenizer"),
+        vocab_size=settings.get("vocab_size"),
     )
+    if dataset.is_text:
+        user_text.check(dataset, settings, where)
+        return dataset
+    wrong = [key for key in TEXT_KEYS if settings.get(key) is not None]
+    if wrong:
+        raise ConfigError(f"{where}{wrong[0]} applies to source {user_text.SOURCE!r} only")
     if dataset.is_folder:
         check_folder_settings(dataset, where)
     elif dataset.path or dataset.test_path or dataset.test_fraction is not None:
@@ -147,9 +169,13 @@ def class_folders(path: str, where: str) -> dict[str, list[Path]]:
 
 def fingerprint(dataset: UserDataset) -> str:
     """sha256 (16 hex digits) of what preparing `dataset` reads: its settings and, for a folder,
-    every image's path, size and modification time, for a function its module's source."""
+    every image's path, size and modification time, for a function its module's source, for a
+    text its files' (and a tokenizer file's) paths, sizes and times."""
     digest = hashlib.sha256(json.dumps(settings_of(dataset), sort_keys=True).encode())
-    if dataset.is_folder:
+    if dataset.is_text:
+        for part in user_text.fingerprint_parts(dataset):
+            digest.update(part.encode())
+    elif dataset.is_folder:
         for path in (dataset.path, dataset.test_path):
             if path:
                 for files in class_folders(path, "").values():
@@ -163,4 +189,6 @@ def fingerprint(dataset: UserDataset) -> str:
 
 
 def settings_of(dataset: UserDataset) -> dict[str, Any]:
-    return {k: getattr(dataset, k) for k in USER_KEYS}
+    """The dataset's settings, as describe() takes them back: an image dataset's USER_KEYS (what its
+    fingerprint always hashed), a text's own."""
+    return {k: getattr(dataset, k) for k in (user_text.SETTINGS if dataset.is_text else USER_KEYS)}

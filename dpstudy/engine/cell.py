@@ -12,7 +12,8 @@ import torch
 
 from dpstudy import models
 from dpstudy.data import store as data
-from dpstudy.engine import memory, probe
+from dpstudy.data.task import TEXT, Task
+from dpstudy.engine import cost, memory, probe
 from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.cores import pin_gpu_rank, pin_to_cores, threads_per_process
 from dpstudy.engine.heartbeat import Heartbeat
@@ -20,10 +21,12 @@ from dpstudy.engine.loaders import make_loader
 from dpstudy.engine.modes import Mode, Skip, mode_for, resolve_device
 from dpstudy.engine.monitor import UtilSampler
 from dpstudy.engine.outcome import Outcome
+from dpstudy.engine.token_loader import make_token_loader, windows
 from dpstudy.engine.train import Trainer, no_fault
 from dpstudy.ext.loader import check_kernels
 from dpstudy.record.envinfo import environment, rank_host
 from dpstudy.study import spec as specs
+from dpstudy.util.errors import ConfigError
 
 
 def injected_fault(rank: int, cell: str):
@@ -58,6 +61,8 @@ def injected_fault(rank: int, cell: str):
 
 
 def load_datasets(spec: dict, mode: Mode):
+    """(the cell's Task, its meta.json, (train loader, test loader)), the dataset prepared first
+    when it is generated."""
     root, name = spec["data_root"], spec["dataset"]
     if not data.is_ready(name, root):
         if name not in data.DATASETS or not data.DATASETS[name].generated:  # downloaded, or the user's
@@ -70,28 +75,44 @@ def load_datasets(spec: dict, mode: Mode):
         if mode.world_size > 1:
             wait_until(lambda: data.is_ready(name, root), f"dataset {name} prepared by rank 0")
     meta = data.load_meta(name, root)
-    common = dict(
-        partition=mode.partition,
-        seed=effective_seed(spec),
-        augment=spec["augment"],
-        mean=meta["mean"],
-        std=meta["std"],
-        device=mode.device,
-        channels_last=spec["channels_last"],
-    )
     batch = specs.per_device_batch(spec) if mode.distributed else specs.global_batch(spec)
+    common = dict(batch=batch, partition=mode.partition, seed=effective_seed(spec), device=mode.device)
+    if meta.get("kind") == TEXT:
+        task = Task.text(meta["vocab_size"], models.window(spec))
+        splits = {split: data.load_tokens(name, root, split) for split in ("train", "test")}
+        check_windows(spec, task, splits, mode.world_size)
+        loaders = [
+            make_token_loader(
+                spec["loader"], tokens, seq_len=task.seq_len, train=split == "train", workers=spec["workers"], **common
+            )
+            for split, tokens in splits.items()
+        ]
+        return task, meta, loaders
+    task = Task.image(meta["shape"][0], meta["shape"][1], len(meta["classes"]))
+    images = dict(augment=spec["augment"], mean=meta["mean"], std=meta["std"], channels_last=spec["channels_last"])
     loaders = [
         make_loader(
             spec["loader"],
             *data.load_split(name, root, split),
-            batch=batch,
             train=split == "train",
             workers=spec["workers"],
             **common,
+            **images,
         )
         for split in ("train", "test")
     ]
-    return meta, loaders
+    return task, meta, loaders
+
+
+def check_windows(spec: dict, task: Task, splits: dict, ranks: int) -> None:
+    """Every rank needs a window of each split: a seq_len too long for the corpus names both."""
+    for split, tokens in splits.items():
+        if windows(tokens, task.seq_len) < ranks:
+            raise ConfigError(
+                f"seq_len {task.seq_len} is too long for dataset {spec['dataset']!r}: its {split} split has "
+                f"{len(tokens):,} tokens, {windows(tokens, task.seq_len)} windows of {task.seq_len + 1} for "
+                f"{ranks} rank(s); use a shorter seq_len or more text"
+            )
 
 
 def wait_until(condition, what: str, timeout_s: float = 600) -> None:
@@ -112,13 +133,16 @@ def with_user_code(env: dict, spec: dict) -> dict:
     return {**env, "code_version": {**env["code_version"], "user_hash": user}} if user else env
 
 
-def model_builder(spec: dict, meta: dict, device: torch.device):
+def model_builder(spec: dict, task: Task, device: torch.device | None):
     """A function that builds the cell's model on `device` in its memory format: the model trained,
-    and any replica a probe times. The class count is the data's, never read off a forward pass."""
-    channels, size = meta["shape"][0], meta["shape"][1]
+    and any replica a probe times; with `device` None, where the default device says (the FLOP
+    count's meta device). The outputs are the task's (classes, vocabulary), never read off a forward
+    pass."""
 
     def build() -> torch.nn.Module:
-        model = models.build(spec["model"], channels, size, len(meta["classes"]), spec["model_args"], spec["code_path"])
+        model = models.build(spec["model"], task, spec["model_args"], spec["code_path"])
+        if device is None:
+            return model
         model = model.to(device)
         return model.to(memory_format=torch.channels_last) if spec["channels_last"] else model
 
@@ -162,10 +186,11 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         if mode.world_size > 1:
             outcome.watch(mode.rank)
         torch.manual_seed(effective_seed(spec))
-        meta, (train_data, test_data) = load_datasets(spec, mode)
-        outcome.classes = len(meta["classes"])
-        outcome.test_samples = meta.get("splits", {}).get("test", {}).get("n", 0)
-        build = model_builder(spec, meta, mode.device)
+        task, meta, (train_data, test_data) = load_datasets(spec, mode)
+        outcome.learning_basis(task, meta)
+        if mode.is_main:
+            outcome.cost = cost.measure(spec, task, model_builder(spec, task, None))
+        build = model_builder(spec, task, mode.device)
         model = build()
         if models.needs_ext(spec["model"]):
             check_kernels(mode.devices())  # refuse a build without kernels for these GPUs, with the reason

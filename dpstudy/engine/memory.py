@@ -89,7 +89,7 @@ def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step)
 
 def resident_mb(loaders, device: int) -> float:
     """MB of the data the loaders keep on CUDA device `device` (a `device` loader's splits)."""
-    held = [getattr(loader, name, None) for loader in loaders for name in ("images", "labels")]
+    held = [getattr(loader, name, None) for loader in loaders for name in ("images", "labels", "tokens")]
     on_device = [t for t in held if isinstance(t, torch.Tensor) and t.device == torch.device("cuda", device)]
     return sum(t.untyped_storage().nbytes() for t in on_device) / MB
 

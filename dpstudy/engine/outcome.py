@@ -68,9 +68,20 @@ class Outcome:
         self.startup_s: float | None = None
         self.classes: int | None = None  # of the data, and its test images: the learning verdict's chance
         self.test_samples = 0
+        self.chance_loss: float | None = None  # text: the unigram entropy, the loss of guessing by frequency
+        self.cost: dict | None = None  # what a sample costs (dpstudy.engine.cost), rank 0's
         self.stopped_early: str | None = None  # why training ended before its last epoch (Trainer.run)
         self._lock = threading.Lock()
         self._done = False
+
+    def learning_basis(self, task, meta: dict) -> None:
+        """What the learning verdict compares the run with: chance accuracy over the classes of an
+        image task, or the loss of predicting a text's tokens by their frequency alone."""
+        if task.is_text:
+            self.chance_loss = meta.get("unigram_entropy_nats")
+            return
+        self.classes = task.classes
+        self.test_samples = meta.get("splits", {}).get("test", {}).get("n", 0)
 
     def clear_previous(self) -> None:
         """Before anything runs: an old record or fault marker must not stand for this run."""
@@ -94,9 +105,9 @@ class Outcome:
             summary["median_epoch_s"] = statistics.median(e["wall_s"] for e in steady)
             summary["samples_per_s"] = steady_throughput(self.epochs)
             summary["final_test_acc"] = self.epochs[-1]["test_acc"]
-            if self.classes and status == "ok":  # a cell that failed or ran out of memory says so already
+            if (self.classes or self.chance_loss) and status == "ok":  # a cell that failed says so already
                 summary["learned"], summary["learned_reason"] = learning.verdict(
-                    self.epochs, self.classes, self.test_samples
+                    self.epochs, self.classes or 0, self.test_samples, self.chance_loss
                 )
         if self.stopped_early:
             summary["stopped_early"] = self.stopped_early
@@ -105,7 +116,17 @@ class Outcome:
         nodes = self.spec["nodes"]
         env = self.env if self.env is not None else fallback_environment(processes_per_node(self.spec) * nodes, nodes)
         return record.make(
-            self.cell, status, reason, self.spec, env, self.epochs, summary, self.util, self.probe, self.memory
+            self.cell,
+            status,
+            reason,
+            self.spec,
+            env,
+            self.epochs,
+            summary,
+            self.util,
+            self.probe,
+            self.memory,
+            self.cost,
         )
 
     # ---- faults ----------------------------------------------------------------------------

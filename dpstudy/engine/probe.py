@@ -19,9 +19,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
-from dpstudy.engine import compiling, grad_layout
+from dpstudy.engine import compiling, grad_layout, objective
 from dpstudy.record.fields import PROBE_FIELDS
 
 STEPS = 8
@@ -148,7 +147,7 @@ def probe_ddp(trainer, steps: int) -> dict | None:
             x, y = next(data)
             with contextlib.nullcontext() if sync else model.no_sync():
                 with trainer.autocast():
-                    loss = F.cross_entropy(model(x), y)
+                    loss = objective.loss(model(x), y)
                 loss.backward()
             model.zero_grad(set_to_none=True)
 
@@ -198,7 +197,7 @@ def probe_fsdp(trainer, steps: int) -> dict | None:
         def work():
             x, y = next(data)
             with cast():
-                loss = F.cross_entropy(net(x).float(), y)
+                loss = objective.loss(net(x), y)
             loss.backward()
             net.zero_grad(set_to_none=True)
 

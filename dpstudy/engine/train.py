@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from dpstudy.engine import objective
 from dpstudy.engine.compiling import compiler_errors, timed_compile
 from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.heartbeat import BACKWARD, EVALUATING, FORWARD, LOADING, NoHeartbeat
@@ -100,18 +100,18 @@ class Trainer:
         with compiler_errors(self.compiled):  # forward and backward both compile lazily
             with self.autocast():
                 logits = self.model(x)
-                loss = F.cross_entropy(logits.float(), y)  # FSDP's bf16/fp16 logits: the loss in fp32
+                loss = objective.loss(logits, y)
             self.heartbeat.beat(BACKWARD)  # where DDP and FSDP wait for their peers
             self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        return loss.detach() * len(y), (logits.argmax(1) == y).sum()
+        return loss.detach() * len(y), objective.correct(logits.detach(), y)
 
     def train_epoch(self, epoch: int) -> dict:
         self.model.train()
         self.train_data.set_epoch(epoch)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.mode.device)
-        correct = torch.zeros((), dtype=torch.int64, device=self.mode.device)
+        correct = torch.zeros((), dtype=torch.float64, device=self.mode.device)
         data_wait, steps, samples, compile_s = 0.0, 0, 0, 0.0
         self.mode.synchronize()
         load_start = self.host.mark()
@@ -146,7 +146,7 @@ class Trainer:
         counts = [float(samples), float(self.window.samples(samples)), machine / self.mode.local_world_size, own]
         # summed over ranks: per node, then ours
         totals = torch.tensor([0.0, 0.0, *counts], dtype=torch.float64, device=loss_sum.device)
-        totals[0], totals[1] = loss_sum, correct.double()
+        totals[0], totals[1] = loss_sum, correct
         loss_sum, correct, samples, steady_samples, machine, own = self.mode.all_reduce_sum(self.comm(totals)).tolist()
         compiled = {"compile_s": compile_s} if self.compiled else {}
         return {
@@ -185,11 +185,10 @@ class Trainer:
             with timed_compile(self.compiled, self.mode) as compiling, compiler_errors(self.compiled), self.autocast():
                 logits = model(x)  # eagerly (see evaluate): no graph compiles here, eval_compile_s stays 0
             compile_s += compiling.seconds
-            loss = F.cross_entropy(logits.float(), y, reduction="sum")
             totals += torch.stack(
                 [
-                    loss.double(),
-                    (logits.argmax(1) == y).sum().double(),
+                    objective.loss_sum(logits, y).double(),
+                    objective.correct(logits, y),
                     torch.tensor(len(y), device=totals.device, dtype=torch.float64),
                 ]
             )

@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpstudy.analysis.linefit import StepTime
+from dpstudy.data.task import Task
 from dpstudy.gpucheck.study import noise_figures, run_in_copy
 
 # Epochs per model: a cell's steady window (every step after the warm-up) of at least about a
@@ -59,7 +60,7 @@ STUDY = {
 TABLES = ("settings", "cells", "memory_split", "summary", "floor")
 EDGE_SHARE = 0.9  # the edge cell's predicted need, as a share of the device's memory
 EDGE_STEP = 256  # its batch: a multiple of this
-SYNTHETIC_SHAPE = (1, 28, 28)  # the edge cell's dataset, `synthetic`
+SYNTHETIC = Task.image(1, 28, 10)  # the edge cell's dataset, `synthetic`
 
 
 def batch_forecasts(settings: pd.DataFrame) -> pd.DataFrame:
@@ -123,7 +124,7 @@ def edge_sweep(total_mb: float, predict=None) -> dict:
     device_loader = complete({**base, "batch": EDGE_STEP})  # the cell as it runs: the device loader
 
     def need(batch: int) -> float:
-        resident = memory_plan.resident_mb(device_loader, SYNTHETIC_SHAPE, (2 * batch, test))
+        resident = memory_plan.resident_mb(device_loader, SYNTHETIC, (2 * batch, test))
         return need_of(step[256] + per_sample * (batch - 256) + resident, on_cuda=True)
 
     batch = EDGE_STEP

@@ -147,7 +147,8 @@ def grayscale_result(r: dict, peak_source: str) -> dict:
 
 
 def run_grayscale(out: Path) -> dict:
-    from dpstudy.microbench import bandwidth, peaks
+    from dpstudy.microbench import bandwidth
+    from dpstudy.util import peaks
 
     ops, info = cuda_extension()
     peak_bps, source = peaks.memory_bandwidth(0)

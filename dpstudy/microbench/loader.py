@@ -54,8 +54,8 @@ def steady_epoch(settings: dict, root: str, device: str) -> dict:
     spec = _spec(root, device, epochs=2, **settings)
     mode = mode_for(spec, env={})
     torch.manual_seed(0)
-    meta, (train_data, test_data) = load_datasets(spec, mode)
-    model = models.build("lenet", meta["shape"][0], meta["shape"][1]).to(mode.device)
+    task, _, (train_data, test_data) = load_datasets(spec, mode)
+    model = models.build("lenet", task).to(mode.device)
     trainer = Trainer(spec, mode, train_data, test_data, model, log=lambda line: None)
     epochs = [trainer.train_epoch(epoch) for epoch in (1, 2)]
     return epochs[-1]
@@ -66,9 +66,9 @@ def bound_epoch(root: str, device: str) -> dict:
     spec = _spec(root, device)
     mode = mode_for(spec, env={})
     torch.manual_seed(0)
-    meta, (train_data, test_data) = load_datasets(spec, mode)
+    task, _, (train_data, test_data) = load_datasets(spec, mode)
     batches = list(train_data)  # normalised, no augmentation
-    model = models.build("lenet", meta["shape"][0], meta["shape"][1]).to(mode.device)
+    model = models.build("lenet", task).to(mode.device)
     trainer = Trainer(spec, mode, train_data, test_data, model, log=lambda line: None)
     for x, y in batches:  # warm-up epoch
         trainer.step(x, y)

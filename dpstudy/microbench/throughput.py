@@ -5,7 +5,7 @@ A warm-up epoch (cuDNN/cuBLAS set-up, allocator growth), then steady epochs unti
 `min_steady_s` of training; images/s is steady samples over steady wall time (clocks read after
 a device synchronize, as in every cell). FLOPs per image are forward + backward as
 torch.utils.flop_counter counts them (dpstudy.models.cost: convolutions and matmuls, the
-convention of MFU); MFU = achieved FLOP/s / the device's dense BF16 peak (dpstudy.microbench.peaks).
+convention of MFU); MFU = achieved FLOP/s / the device's dense BF16 peak (dpstudy.util.peaks).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import torch
 
 from dpstudy import models
 from dpstudy.data import synthetic
+from dpstudy.data.task import Task
 from dpstudy.engine.loaders import Partition, make_loader
 from dpstudy.engine.modes import MODES
 from dpstudy.engine.train import Trainer
-from dpstudy.microbench import peaks
 from dpstudy.study.spec import complete
+from dpstudy.util import peaks
 
 
 def synthetic_images(n: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +81,7 @@ def measure(
         channels_last=channels_last,
     )
     torch.manual_seed(seed)
-    net = models.build(model, 3, size).to(device)
+    net = models.build(model, Task.image(3, size, 10)).to(device)
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
     trainer = Trainer(spec, mode, loader, None, net, log=lambda line: None)
@@ -91,7 +92,7 @@ def measure(
     wall = sum(e["wall_s"] for e in steady)
     samples = sum(e["samples"] for e in steady)
     images_per_s = samples / wall
-    flops = models.cost(model, 3, size)["train_flops_per_sample"]
+    flops = models.cost(model, Task.image(3, size, 10))["train_flops_per_sample"]
     achieved = images_per_s * flops / 1e12
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = peaks.lookup(name) if device.type == "cuda" else None

@@ -1,13 +1,20 @@
-"""The models a study can name, each adapted to any dataset shape:
+"""The models a study can name, each built for a cell's task (dpstudy.data.task: images or text):
 
-  a registry name     every model of the source reports (MODELS)
-  torchvision:<name>  a classification model of torchvision.models, random weights
-  timm:<name>         a model of timm (optional dependency: pip install dpstudy[timm]), random weights
-  <module>:<callable> a factory of the user's, importable from the study's code_path or the Python
-                      path, called with num_classes, in_channels, image_size and the cell's model_args
+  a registry name       every model of the source reports, and gpt (MODELS)
+  torchvision:<name>    a classification model of torchvision.models, random weights
+  timm:<name>           a model of timm (optional dependency: pip install dpstudy[timm]), random weights
+  transformers:<name>   a causal language model of Hugging Face transformers (optional dependency: pip
+                        install dpstudy[transformers]) built from its config, random weights; model_args
+                        override config fields
+  <module>:<callable>   a factory of the user's, importable from the study's code_path or the Python
+                        path, called with keywords: for images num_classes, in_channels, image_size; for
+                        text vocab_size (the tokenizer's symbols) and seq_len (tokens per input); then
+                        the cell's model_args. An image model returns [B, num_classes] logits, a
+                        language model [B, seq_len, vocab_size] (one per symbol at every position).
 
 The registry names import paths rather than classes so that reading it (the Snakefile does,
-for validation) does not import torch; so does everything here but build and cost.
+for validation) does not import torch; so does everything here but build, cost and a
+transformers: model's context_length (transformers imports torch).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpstudy.data.task import IMAGE, TEXT
+from dpstudy.models import gpt_config
 from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
 from dpstudy.util.hashing import tree_sha256
@@ -25,13 +34,18 @@ from dpstudy.util.hashing import tree_sha256
 if TYPE_CHECKING:
     import torch.nn as nn
 
+    from dpstudy.data.task import Task
+
 
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    target: str  # "module:Class"; the class takes (channels, size, classes)
-    source: str  # which source report it reproduces
+    target: str  # "module:Class": an image model's class takes (channels, size, classes), a text
+    # model's (vocab_size, seq_len, **model_args)
+    source: str  # which source report (or issue) it reproduces
     needs_ext: bool = False  # uses the project's C++/CUDA extension
+    task: str = IMAGE  # the task kind it is for (dpstudy.data.task)
+    args: tuple[str, ...] = ()  # the model_args it accepts
 
 
 MODELS: dict[str, ModelInfo] = {
@@ -44,12 +58,13 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("resnet18", "dpstudy.models.resnet:ResNet18", "003"),
         ModelInfo("simplecnn", "dpstudy.models.simplecnn:SimpleCNN", "004 Q2"),
         ModelInfo("vit", "dpstudy.models.vit:ViT", "issue 16"),
+        ModelInfo("gpt", "dpstudy.models.gpt:GPT", "issue 50", task=TEXT, args=gpt_config.ARGS),
     )
 }
 
 
 # `<library>:<name>` models, built by dpstudy.models.external (timm names may carry a .tag)
-LIBRARIES = ("torchvision", "timm")
+LIBRARIES = ("torchvision", "timm", "transformers")
 LIBRARY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$(?!\n)")
 KINDS = ("registry", *LIBRARIES, "factory")
 
@@ -64,8 +79,8 @@ def kind(model: str) -> str:
     if refs.split(model):
         return "factory"
     raise ConfigError(
-        f"model {model!r} is not one of {sorted(MODELS)}, torchvision:<name>, timm:<name> "
-        "or a factory <module>:<callable>"
+        f"model {model!r} is not one of {sorted(MODELS)}, torchvision:<name>, timm:<name>, "
+        "transformers:<name> or a factory <module>:<callable>"
     )
 
 
@@ -103,40 +118,102 @@ def model_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def build(
-    name: str,
-    channels: int,
-    size: int,
-    classes: int = 10,
-    args: dict[str, Any] | None = None,
-    code_path: str | Path | None = None,
-) -> nn.Module:
-    """The model `name` for images of `channels` x `size` x `size` and `classes` classes; `args`
-    (the cell's model_args) go to a library model's constructor or a user factory."""
-    model_kind = kind(name)
+def task_kind(model: str) -> str | None:
+    """The task `model` is for: image (image registry models, torchvision:, timm:) or text (text
+    registry models, transformers:); None for a factory, known only once it is built."""
+    model_kind = kind(model)
     if model_kind == "registry":
-        if args:
-            raise ConfigError(f"model_args {args} apply to torchvision:, timm: and factory models, not to {name!r}")
-        return model_class(name)(channels, size, classes)
+        return MODELS[model].task
+    return {"torchvision": IMAGE, "timm": IMAGE, "transformers": TEXT}.get(model_kind)
+
+
+def context_length(model: str, args: dict[str, Any] | None = None) -> int | None:
+    """The longest input a text model takes: gpt's model_args seq_len or its size's, a transformers
+    model's n_positions or max_position_embeddings after the model_args; None when unknown (an
+    image model, a factory)."""
+    model_kind = kind(model)
+    if model == "gpt":
+        return gpt_config.resolve(args).seq_len
+    if model_kind == "transformers":
+        from dpstudy.models import hf
+
+        return hf.context_of(hf.config(model.partition(":")[2], args or {}))
+    return None
+
+
+def window(spec: dict[str, Any]) -> int:
+    """A text cell's seq_len: the spec's when set, else its model's context length; ConfigError when
+    the spec's is longer than the context, or when neither is known."""
+    seq_len, context = spec.get("seq_len"), context_length(spec["model"], spec.get("model_args"))
+    if seq_len is None:
+        if context is None:
+            raise ConfigError(f"model {spec['model']!r} has no known context length: set seq_len")
+        return context
+    if context is not None:
+        check_window(seq_len, context, spec["model"])
+    return seq_len
+
+
+def cell_task(spec: dict[str, Any], overrides: dict | None = None, code_path: str | None = None) -> Task:
+    """The Task a cell's model is built for: its dataset's (dpstudy.data.store.data_task; a user's
+    dataset from its settings `overrides`, else its prepared meta.json), for text at the cell's
+    window."""
+    from dpstudy.data import store
+
+    return store.data_task(spec["dataset"], spec["data_root"], lambda: window(spec), overrides, code_path)
+
+
+def check_vocab(task_vocab: int, model_vocab: int, model: str) -> None:
+    """ConfigError when a text model has fewer symbols than the data's tokenizer: an id past its
+    embedding table would fail in the middle of training."""
+    if model_vocab < task_vocab:
+        raise ConfigError(
+            f"model {model!r}: the tokenizer has {task_vocab} symbols but model_args vocab_size is {model_vocab}"
+        )
+
+
+def check_window(seq_len: int, context: int, model: str) -> None:
+    """ConfigError when a cell's seq_len is longer than its model's context length."""
+    if seq_len > context:
+        raise ConfigError(
+            f"model {model!r}: seq_len {seq_len} exceeds its context length {context}; "
+            "set a smaller seq_len, or a longer context in model_args"
+        )
+
+
+def check_args(name: str, args: dict[str, Any] | None, where: str = "") -> None:
+    """ConfigError for a registry model's model_args key it does not accept, naming the ones it does."""
+    accepted = MODELS[name].args
+    unknown = sorted(set(args or {}) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"{where}model {name!r} takes no model_args {', '.join(map(repr, unknown))}: "
+            f"it accepts {', '.join(accepted) or 'none'}"
+        )
+
+
+def build(name: str, task: Task, args: dict[str, Any] | None = None, code_path: str | Path | None = None) -> nn.Module:
+    """The model `name` for `task` (dpstudy.data.task): images of task.channels x task.size x
+    task.size into task.classes, or text of task.vocab_size symbols in windows of task.seq_len;
+    `args` are the cell's model_args."""
+    expected = task_kind(name)
+    if expected is not None and expected != task.kind:
+        raise ConfigError(f"model {name!r} is for {expected} data; this cell's data is {task.kind}")
+    if kind(name) == "registry":
+        check_args(name, args)
+        if task.is_text:
+            return model_class(name)(task.vocab_size, task.seq_len, **(args or {}))
+        return model_class(name)(task.channels, task.size, task.classes)
     from dpstudy.models import external
 
-    return external.build(model_kind, name, channels, size, classes, args or {}, code_path)
+    return external.build(kind(name), name, task, args or {}, code_path)
 
 
 def cost(
-    name: str, channels: int, size: int, classes: int = 10, args: dict | None = None, code_path: str | None = None
+    name: str, task: Task, args: dict[str, Any] | None = None, code_path: str | Path | None = None
 ) -> dict[str, int]:
-    """Parameter count and training FLOPs per sample (forward + backward, counted by torch)."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
+    """Parameter count and training FLOPs per sample (forward, loss and backward as torch's FLOP
+    counter counts them, on the meta device: dpstudy.models.flops)."""
+    from dpstudy.models import flops
 
-    model = build(name, channels, size, classes, args, code_path)
-    batch = 2  # BatchNorm needs more than one sample in training mode
-    x = torch.randn(batch, channels, size, size)
-    counter = FlopCounterMode(display=False)
-    with counter:
-        model(x).sum().backward()
-    return {
-        "params": sum(p.numel() for p in model.parameters()),
-        "train_flops_per_sample": counter.get_total_flops() // batch,
-    }
+    return flops.cost(lambda: build(name, task, args, code_path), task)

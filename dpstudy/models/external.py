@@ -1,7 +1,8 @@
-"""Models from outside the registry: torchvision's and timm's classification models with random
-weights, and a user's factory, each made for the dataset's channels, size and classes.
+"""Models from outside the registry: torchvision's and timm's classification models and
+transformers' causal language models with random weights, and a user's factory, each made for the
+cell's task (an image's channels, size and classes; a text's vocabulary and window).
 
-Never a download: torchvision gets weights=None, timm pretrained=False.
+Never a download: torchvision gets weights=None, timm pretrained=False, transformers a config.
 """
 
 from __future__ import annotations
@@ -12,29 +13,26 @@ from typing import Any
 
 import torch.nn as nn
 
+from dpstudy.data.task import Task
+from dpstudy.models import check_vocab, check_window, hf
 from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
 
 FACTORY_ARGS = ("num_classes", "in_channels", "image_size")
+TEXT_FACTORY_ARGS = ("vocab_size", "seq_len")
 
 
-def build(
-    kind: str,
-    model: str,
-    channels: int,
-    size: int,
-    classes: int,
-    args: dict[str, Any],
-    code_path: str | Path | None,
-) -> nn.Module:
-    """`model` (kind torchvision, timm or factory: dpstudy.models.kind) for the dataset."""
+def build(kind: str, model: str, task: Task, args: dict[str, Any], code_path: str | Path | None) -> nn.Module:
+    """`model` (kind torchvision, timm, transformers or factory: dpstudy.models.kind) for `task`."""
     name = model.partition(":")[2]
     if kind == "torchvision":
-        built = torchvision_model(name, channels, classes, args)
+        built = torchvision_model(name, task.channels, task.classes, args)
     elif kind == "timm":
-        built = timm_model(name, channels, classes, args)
+        built = timm_model(name, task.channels, task.classes, args)
+    elif kind == "transformers":
+        built = transformers_model(name, task, args)
     else:
-        built = factory_model(model, channels, size, classes, args, code_path)
+        built = factory_model(model, task, args, code_path)
     if not isinstance(built, nn.Module):
         raise ConfigError(f"model {model!r} gave a {type(built).__name__}, not a torch.nn.Module")
     return built
@@ -100,26 +98,63 @@ def timm_model(name: str, channels: int, classes: int, args: dict[str, Any]) -> 
         raise ConfigError(f"timm:{name} with model_args {args}: {type(error).__name__}: {error}") from error
 
 
-def factory_model(
-    reference: str, channels: int, size: int, classes: int, args: dict[str, Any], code_path: str | Path | None
-) -> nn.Module:
-    """The user's factory called as factory(num_classes=, in_channels=, image_size=, **model_args)."""
+class LogitsOnly(nn.Module):
+    """A transformers causal LM that returns its logits tensor [B, T, vocab], as the Trainer
+    expects of every model, instead of a ModelOutput; no key-value cache (training)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, use_cache=False).logits
+
+
+def transformers_model(name: str, task: Task, args: dict[str, Any]) -> nn.Module:
+    """AutoModelForCausalLM.from_config(AutoConfig.for_model(name, **args), attn_implementation="sdpa"):
+    random weights; the config's vocab_size the task's unless model_args set it (then at least the
+    task's), its context at least the cell's seq_len."""
+    transformers = hf.library()
+    config = hf.config(name, args, task.vocab_size)
+    check_vocab(task.vocab_size, config.vocab_size, f"transformers:{name}")
+    context = hf.context_of(config)
+    if context is not None:
+        check_window(task.seq_len, context, f"transformers:{name}")
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    except (TypeError, ValueError) as error:  # not a causal LM, or a config that makes none
+        raise ConfigError(f"transformers:{name} with model_args {args}: {type(error).__name__}: {error}") from error
+    return LogitsOnly(model)
+
+
+def factory_model(reference: str, task: Task, args: dict[str, Any], code_path: str | Path | None) -> nn.Module:
+    """The user's factory called as factory(num_classes=, in_channels=, image_size=, **model_args)
+    for images, factory(vocab_size=, seq_len=, **model_args) for text."""
     factory = refs.load(reference, code_path)
-    check_signature(factory, reference, args)
-    return factory(num_classes=classes, in_channels=channels, image_size=size, **args)
+    given = (
+        {"vocab_size": task.vocab_size, "seq_len": task.seq_len}
+        if task.is_text
+        else {"num_classes": task.classes, "in_channels": task.channels, "image_size": task.size}
+    )
+    check_signature(factory, reference, args, tuple(given))
+    return factory(**given, **args)
 
 
-def check_signature(factory, reference: str, args: dict[str, Any]) -> None:
-    """ConfigError unless `factory` accepts the three dataset arguments and the model_args."""
+def check_signature(factory, reference: str, args: dict[str, Any], given: tuple[str, ...] = FACTORY_ARGS) -> None:
+    """ConfigError unless `factory` accepts the task's arguments (`given`) and the model_args."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
         return  # a builtin or C callable: its call will say
+    wanted = ", ".join((*given, *args))
+    clash = sorted(set(given) & set(args))
+    if clash:
+        raise ConfigError(f"factory {reference}: model_args {', '.join(clash)} are given by the data; leave them out")
     try:
-        signature.bind(**dict.fromkeys(FACTORY_ARGS), **args)
+        signature.bind(**dict.fromkeys(given), **args)
     except TypeError as error:
-        wanted = ", ".join((*FACTORY_ARGS, *args))
+        takes = "vocab_size and seq_len" if given == TEXT_FACTORY_ARGS else "num_classes, in_channels and image_size"
         raise ConfigError(
             f"factory {reference}{signature} cannot be called with ({wanted}): {error}; a factory takes "
-            "num_classes, in_channels and image_size, and the cell's model_args as keywords"
+            f"{takes}, and the cell's model_args as keywords"
         ) from None

@@ -16,6 +16,7 @@ from dpstudy.record.schema import (
     ALLOCATOR_PARTS,
     ALLOCATOR_SPLIT,
     BUDGET_MARK,
+    COST_FIELDS,
     ENV_FIELDS,
     EPOCH_FIELDS,
     HOST_PARTS,
@@ -124,6 +125,13 @@ RECORD_SCHEMA = {
             additionalProperties=False,
             properties=PROBE_FIELDS,
         ),
+        "cost": field(
+            MAYBE_OBJECT,
+            "What one training sample costs, counted before training (dpstudy.engine.cost); null in a record"
+            " no rank trained (skipped before torch started, a launcher's).",
+            additionalProperties=False,
+            properties=COST_FIELDS,
+        ),
         "memory": field(
             MAYBE_OBJECT,
             "ok cells: one more training step after the last evaluation, its peak memory on each device split"
@@ -162,6 +170,7 @@ def make(
     util: dict | None = None,
     probe: dict | None = None,
     memory: dict | None = None,
+    cost: dict | None = None,
 ) -> dict[str, Any]:
     """A record with every required field; what is not given stays empty."""
     return {
@@ -176,6 +185,7 @@ def make(
         "util": util,
         "probe": probe,
         "memory": memory,
+        "cost": cost,
     }
 
 

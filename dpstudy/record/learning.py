@@ -7,7 +7,9 @@ verdict is `learned: false` with the first of these reasons, else `learned: true
 - a training loss that ended above the first epoch's (several epochs);
 - a final test accuracy at chance: at most 1/classes plus three binomial standard deviations of
   the test set's size (10 classes, 2,000 test images: up to 12.0 %), so that a small test set does
-  not call a model that learned a little a failure, nor chance a success.
+  not call a model that learned a little a failure, nor chance a success;
+- for a text, a final test loss at or above the unigram entropy of its tokens (`chance_loss`): no
+  better than predicting every token by its frequency, so nothing of the context was learned.
 The engine writes it into record.summary (`learned`, `learned_reason`); the report keeps such
 cells out of accuracy comparisons and out of its fastest verdicts.
 """
@@ -25,9 +27,12 @@ def chance_ceiling(classes: int, test_samples: int) -> float:
     return p + CHANCE_SDS * math.sqrt(p * (1 - p) / max(test_samples, 1))
 
 
-def verdict(epochs: list[dict], classes: int, test_samples: int) -> tuple[bool, str | None]:
+def verdict(
+    epochs: list[dict], classes: int, test_samples: int, chance_loss: float | None = None
+) -> tuple[bool, str | None]:
     """(learned, why not) of a run's epochs (record.epochs); a run without epochs learned nothing
-    to judge: (True, None), as its status already says what happened."""
+    to judge: (True, None), as its status already says what happened. `chance_loss` (text): the
+    loss of predicting by frequency alone, which replaces chance accuracy."""
     for e in epochs:
         for key, name in (("train_loss", "training loss"), ("test_loss", "test loss")):
             value = e.get(key)
@@ -43,6 +48,13 @@ def verdict(epochs: list[dict], classes: int, test_samples: int) -> tuple[bool, 
             f"training loss rose from {first['train_loss']:.4g} (epoch {first['epoch']}) "
             f"to {last['train_loss']:.4g} (epoch {last['epoch']})"
         )
+    if chance_loss is not None:
+        if last["test_loss"] >= chance_loss:
+            return False, (
+                f"final test loss {last['test_loss']:.3f} nats is no better than predicting every token by its "
+                f"frequency ({chance_loss:.3f} nats, the unigram entropy of the training text)"
+            )
+        return True, None
     ceiling = chance_ceiling(classes, test_samples)
     if classes > 1 and test_samples > 0 and last["test_acc"] <= ceiling:
         return False, (

@@ -263,3 +263,26 @@ ENV_FIELDS = {
     ),
     "job": field("object", "The scheduler's view of the job.", properties=JOB_FIELDS),
 }
+
+# What one training sample costs (dpstudy.engine.cost): the record's `cost`, made before training.
+COST_FIELDS = {
+    "task": {"enum": ["image", "text"], "description": "`image`: one class per image; `text`: every next token."},
+    "tokens_per_sample": field(
+        ["integer", "null"],
+        "Text: the tokens a sample trains on (its window's seq_len), so that tokens/s is samples/s times it;"
+        " null for images.",
+    ),
+    "flops_per_sample": field(
+        MAYBE_NUMBER,
+        "Model FLOPs of one training step per sample, forward and backward, counted by PyTorch's"
+        " FlopCounterMode on the meta device (no data, no kernels) for the model as built, without activation"
+        " checkpointing; operators the counter does not know (the project's custom kernels) count 0. MFU's"
+        " numerator is samples/s times it. null when it could not be counted (`flops_reason`).",
+    ),
+    "hardware_flops_per_sample": field(
+        MAYBE_NUMBER,
+        "With activation checkpointing: the same count with the recomputed forward included (HFU's"
+        " numerator); null without checkpointing.",
+    ),
+    "flops_reason": field(MAYBE_STRING, "Why the FLOPs were not counted; null when they were."),
+}

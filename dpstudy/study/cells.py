@@ -40,7 +40,7 @@ ID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
 # Keys of one mode only (fsdp's shard, ddp's knobs): left out of the id of a cell whose mode does not
 # take them, where they are 'none' or None, so that a ddp cell in a grid with fsdp shardings keeps
 # its plain id.
-MODE_ONLY_KEYS = ("shard", *DDP_KNOBS)
+MODE_ONLY_KEYS = ("shard", "replicate", *DDP_KNOBS)
 
 
 def base_id(spec: dict[str, Any]) -> str:

@@ -17,8 +17,8 @@ def check_named(name: str, declared: dict, where: str) -> None:
         return
     raise ConfigError(
         f"{where}dataset {name!r} is not one of the registry's ({', '.join(sorted(DATASETS))}), not declared "
-        f"under datasets (an image folder: datasets.{name}: {{path: ..., image_size: ...}}) and not a "
-        "function <module>:<callable>"
+        f"under datasets (an image folder: datasets.{name}: {{path: ..., image_size: ...}}; a text: "
+        f"datasets.{name}: {{source: text, path: ...}}) and not a function <module>:<callable>"
     )
 
 
@@ -27,7 +27,7 @@ def check_overrides(
 ) -> dict:
     """The settings of one dataset (config `datasets.NAME`), validated; ConfigError names the key,
     and the sweeps that use the dataset (`used_by`). A user dataset's folder is looked at (it
-    exists, has class folders with images)."""
+    exists, has class folders with images; a text's files and tokenizer)."""
     overrides = {} if overrides is None else overrides
     sweeps = f"sweep{'s' if len(used_by) > 1 else ''} {', '.join(map(repr, used_by))}: " if used_by else ""
     where = f"{sweeps}datasets.{name}: "
@@ -39,7 +39,7 @@ def check_overrides(
         user.describe(name, overrides, code_path, sweeps)
         return overrides
     dataset = info(name)
-    own = [k for k in user.USER_KEYS if k in overrides]
+    own = [k for k in user.OWN_KEYS if k in overrides]
     if own:
         raise ConfigError(f"{where}{own[0]!r} applies to a dataset of your own, not to the registry's {name!r}")
     wrong_kind = DOWNLOADED_ONLY if dataset.generated else GENERATED_ONLY

@@ -51,10 +51,7 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
     except ConfigError as error:
         raise ConfigError(f"{where}{error}") from None
     if cell.get("model_args") and kind == "registry":
-        raise ConfigError(
-            f"{where}model_args {cell['model_args']} apply to torchvision:, timm: and factory models, "
-            f"not to the registry's {cell['model']!r}"
-        )
+        models.check_args(cell["model"], cell["model_args"], where)  # the keys its ModelInfo.args name
     gap = setup_gap(cell)
     if gap:
         raise ConfigError(where + gap)
@@ -70,14 +67,18 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
                 f"{where}{key} {json.dumps(cell[key])} is DistributedDataParallel's: mode ddp only, "
                 f"not mode {cell['mode']!r} (leave it null)"
             )
+    gap = replicate_gap(cell)
+    if gap:
+        raise ConfigError(where + gap)
 
 
 # single and dp run as one process on one node, and take no process-group backend; ddp and fsdp
 # run one process per device through torchrun, on one node or several.
 ONE_PROCESS_MODES = ("single", "dp")
 PROCESS_PER_DEVICE_MODES = ("ddp", "fsdp")
-# How fsdp shards (schema $defs/shard); the other modes take none.
-SHARDINGS = ("full", "grad_op")
+# How fsdp shards (schema $defs/shard); the other modes take none. hybrid (HSDP): full inside each
+# of `replicate` replicas (replicas).
+SHARDINGS = ("full", "grad_op", "hybrid")
 # DistributedDataParallel's arguments a study may set (schema $defs/settings); None: DDP's default,
 # the only value of the other modes.
 DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "broadcast_buffers", "static_graph")
@@ -97,10 +98,50 @@ def setup_gap(cell: dict[str, Any]) -> str | None:
     if nodes > 1 and mode in ONE_PROCESS_MODES:
         return f"mode {mode!r} runs as one process on one node, got nodes {nodes}; only ddp and fsdp span nodes"
     if mode == "fsdp" and shard not in SHARDINGS:
-        return f"mode 'fsdp' needs shard 'full' or 'grad_op', got shard {shard!r}"
+        return f"mode 'fsdp' needs shard 'full', 'grad_op' or 'hybrid', got shard {shard!r}"
     if mode != "fsdp" and shard != "none":
         return f"mode {mode!r} takes shard 'none' (only fsdp shards), got shard {shard!r}"
     return None
+
+
+def replicate_gap(cell: dict[str, Any]) -> str | None:
+    """Why a cell's replicate does not go with its shard and devices, or None: the one statement
+    of these rules. replicate is shard hybrid's only; hybrid needs 2 or more replicas (one is
+    shard full), each of 2 or more devices (one device a replica is DDP), and the devices divided
+    evenly; null means one replica per node, so on one node it must be given."""
+    shard, replicate, n = cell.get("shard", "none"), cell.get("replicate"), devices(cell)
+    if shard != "hybrid":
+        if replicate is None:
+            return None
+        return (
+            f"replicate {replicate} is the replica count of mode 'fsdp' with shard 'hybrid', "
+            f"got mode {cell['mode']!r} with shard {shard!r} (leave it null)"
+        )
+    count = replicas(cell)
+    if count is None:
+        return (
+            f"shard 'hybrid' on one node needs replicate, the number of replicas its {n} devices form "
+            "(each shards the model over devices / replicate); null means one replica per node"
+        )
+    if count < 2:
+        return f"replicate {count} is one replica, which is shard 'full'; shard 'hybrid' needs replicate 2 or more"
+    if n % count:
+        return f"replicate {count} does not divide the cell's {n} devices (nodes x gpus)"
+    if n // count < 2:
+        return (
+            f"replicate {count} over {n} devices leaves one device a replica, nothing to shard; "
+            "shard 'hybrid' needs 2 or more devices a replica (a replica a device is mode ddp)"
+        )
+    return None
+
+
+def replicas(spec: dict[str, Any]) -> int | None:
+    """The replicate degree of a shard hybrid cell: its replicate, else its nodes when it spans
+    several (one replica per node); None on one node without replicate (replicate_gap says so)."""
+    if spec.get("replicate") is not None:
+        return spec["replicate"]
+    nodes = spec.get("nodes", 1)
+    return nodes if nodes > 1 else None
 
 
 def backend_of(mode: str, backend: str) -> str:

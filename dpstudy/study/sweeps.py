@@ -148,6 +148,8 @@ def dataset_of(study: dict[str, Any], sweep: dict[str, Any]) -> str:
 def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
     where = f"sweep {sweep['name']!r}: "
     base = {**schema.defaults("settings"), **study["defaults"], **sweep.get("set", {})}
+    if study["stand_in"]:  # a sweep made for GPUs, shrunk for a CPU
+        base.update(sweep.get("stand_in_set", {}))
     dims = {**schema.defaults("spec"), "device": study["device"], "data_root": study["data_root"]}
     # The id names every key the sweep itself sets (grid or set): two sweeps that differ only in
     # a set value (say epochs 200 vs 100) then never claim the same id, and adding a sweep never
@@ -177,6 +179,8 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
         }
         if kept["mode"] != "ddp":  # DDP's knobs: a single or fsdp cell beside ddp ones runs without
             raw.update(dict.fromkeys(specs.DDP_KNOBS))
+        if kept["shard"] != "hybrid":  # HSDP's replicas: the other cells of the sweep run without
+            raw["replicate"] = None
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)
             cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec, resources))

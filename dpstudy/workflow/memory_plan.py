@@ -16,7 +16,9 @@ same peak the same way. Per mode:
           are outside the tracker in both numbers. Fake tensors cannot run DDP itself: its
           reducer needs real collectives
   fsdp    FSDP2 over a fake process group of the cell's world size (torch's FakeStore): rank 0's
-          shards, the largest when they are uneven, stand for every rank
+          shards, the largest when they are uneven, stand for every rank; shard hybrid over the
+          same group as its two-dimensional mesh (replicate x shard), each rank holding
+          1 / (world / replicate) of the state
   dp      nn.DataParallel cannot run on fake devices: device 0 is the model's step at the
           per-device batch plus the rest of the batch, which the loader puts on device 0 before
           DataParallel scatters it; every other device holds a replica of the parameters, their
@@ -35,6 +37,7 @@ import csv
 import math
 from collections.abc import Iterable
 
+from dpstudy.data.task import Task
 from dpstudy.record.fields import BUDGET_MARK, MEMORY_PARTS
 from dpstudy.study import spec as specs
 from dpstudy.study.budget import CUDA_RUNTIME_MB, FRAGMENTATION, GIB, need_of
@@ -72,16 +75,14 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
     parts as dpstudy.engine.memory measures them; raises when the model cannot run on fake tensors
     (e.g. a custom kernel). `steps` keeps the fake steps already run (by step_key) for the next
     call; `sizes` are the dataset's (train, test) samples (None: unknown, see allocated)."""
-    import torch
+    from dpstudy import models
 
-    from dpstudy.data.store import shape_and_classes
-
-    shape, classes = shape_and_classes(spec["dataset"], spec["data_root"])  # a user's: once prepared
+    task = models.cell_task(spec)  # a user's dataset: once prepared
     devices, batch = specs.devices(spec), specs.per_device_batch(spec)
     steps = {} if steps is None else steps
     key = step_key(spec)
     if key not in steps:
-        steps[key] = tracked_fake_step(spec, shape, len(classes), batch)
+        steps[key] = tracked_fake_step(spec, task, batch)
         steps[key] += (workspace_on_this_gpu(spec, steps[key][0]["peak"], steps[key][2]),)
     parts, gradient_mb, _, workspace = steps[key]
     if spec["mode"] == "ddp":
@@ -89,14 +90,13 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
     split = {f"{p}_mb": [parts[p]] * devices for p in PARTS} | {"peak_mb": [parts["peak"]] * devices}
     if spec["mode"] == "dp" and devices > 1:
         # device 0: the whole batch arrives there; the others: a replica, its gradients, its activations
-        element = torch.finfo(torch.float32).bits // 8
-        rest_of_batch = (specs.global_batch(spec) - batch) * math.prod(shape) * element / 2**20
+        rest_of_batch = (specs.global_batch(spec) - batch) * input_bytes(task) / 2**20
         replica = {"params": parts["params"], "grads": parts["grads"], "optimizer": 0.0}
         replica["activations"] = parts["activations"]
         split = {f"{p}_mb": [parts[p]] + [replica[p]] * (devices - 1) for p in PARTS}
         split["activations_mb"][0] += rest_of_batch
         split["peak_mb"] = [sum(split[f"{p}_mb"][d] for p in PARTS) for d in range(devices)]
-    held = allocated(spec, split["peak_mb"], gradient_mb, resident_mb(spec, shape, sizes), workspace or 0.0)
+    held = allocated(spec, split["peak_mb"], gradient_mb, resident_mb(spec, task, sizes), workspace or 0.0)
     return split | {"allocated_mb": held, "workspace_mb": [workspace] * devices}
 
 
@@ -123,16 +123,27 @@ def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float
         return None
 
 
-def resident_mb(spec: dict, shape: tuple[int, int, int], sizes: tuple[int, int] | None) -> float | None:
+def input_bytes(task: Task) -> int:
+    """Bytes of one sample as the step takes it: a float32 image, or a window of seq_len + 1 int64
+    tokens (input and target are views of it)."""
+    return (task.seq_len + 1) * 8 if task.is_text else math.prod(task.input_shape(1)) * 4
+
+
+def resident_mb(spec: dict, task: Task, sizes: tuple[int, int] | None) -> float | None:
     """MB a `device` loader keeps on each device it feeds before the step: both splits (uint8
-    images, int64 labels) and this rank's epoch indices; None where the sizes are unknown."""
+    images and int64 labels, or the tokens as stored: one byte each up to 256 symbols, else four)
+    and this rank's epoch indices; None where the sizes (samples, or a text's tokens) are unknown."""
     if spec["loader"] != "device":
         return 0.0
     if sizes is None:
         return None
     train, test = sizes
     ranks = specs.devices(spec) if specs.one_process_per_device(spec) else 1
-    return ((train + test) * (math.prod(shape) + 8) + math.ceil(train / ranks) * 8) / 2**20
+    if task.is_text:
+        token = 1 if task.vocab_size <= 256 else 4
+        windows = max(0, (train - 1) // task.seq_len)
+        return ((train + test) * token + math.ceil(windows / ranks) * 8) / 2**20
+    return ((train + test) * (math.prod(task.input_shape(1)) + 8) + math.ceil(train / ranks) * 8) / 2**20
 
 
 def allocated(
@@ -150,7 +161,7 @@ def allocated(
     return [peak + buckets + workspace + (resident if holds else 0.0) for peak, holds in zip(peaks, fed, strict=True)]
 
 
-def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, batch: int) -> tuple[dict, float, list]:
+def tracked_fake_step(spec: dict, task: Task, batch: int) -> tuple[dict, float, list]:
     """The tracker's split of one fake training step of the cell's model (dpstudy.engine.memory),
     the MB of one copy of its gradients, and its convolutions with the tracker's peaks around
     them (dpstudy.workflow.workspaces.ConvAt)."""
@@ -158,19 +169,23 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from dpstudy import models
-    from dpstudy.engine import memory
+    from dpstudy.engine import checkpointing, memory
     from dpstudy.engine.modes import MODES
     from dpstudy.engine.train import Trainer
     from dpstudy.workflow import workspaces
 
     world = specs.devices(spec)
     sharded = spec["mode"] == "fsdp"
-    # ddp and dp: the plain model at the per-device batch (see the docstring)
-    mode = MODES["fsdp" if sharded else "single"](
+    # ddp and dp: the plain model at the per-device batch (see the docstring); every mode
+    # checkpoints activations as the cell does; hybrid's replicas make its mesh two-dimensional
+    cls = MODES["fsdp" if sharded else "single"]
+    mode = cls(
         torch.device("cpu"),
         world if sharded else 1,
         shard=specs.shard_of(spec["mode"], spec.get("shard", "none")),
         world_size=world if sharded else 1,
+        options=cls.options_of(spec) if sharded else {},
+        checkpointing=checkpointing.how_of(spec),
     )
     with fake_process_group(world if sharded else 1):
         if sharded:
@@ -178,7 +193,7 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
         # built on the meta device, where initialisers do nothing: some (trunc_normal_'s rejection
         # sampling) read values back, which fake tensors cannot; the step needs shapes only
         with torch.device("meta"):
-            model = models.build(spec["model"], shape[0], shape[1], classes, spec["model_args"], spec["code_path"])
+            model = models.build(spec["model"], task, spec["model_args"], spec["code_path"])
         # non-fake inputs (the meta parameters to_empty replaces) become fake tensors
         with FakeTensorMode(allow_non_fake_inputs=True):
             model = model.to_empty(device="cpu")
@@ -189,9 +204,8 @@ def tracked_fake_step(spec: dict, shape: tuple[int, int, int], classes: int, bat
             # fp16's GradScaler reads its found-inf flag, which fake tensors do not have: its
             # in-place unscale allocates nothing the split would show
             trainer.scaler = torch.amp.GradScaler("cpu", enabled=False)
-            x = torch.randn(batch, *shape)
-            y = torch.randint(0, classes, (batch,))
-            if spec["channels_last"]:
+            x, y = task.example_batch(batch)
+            if spec["channels_last"] and not task.is_text:
                 x = x.contiguous(memory_format=torch.channels_last)
             trainer.step(x, y)  # as after training: the optimizer's state exists
             seen, hooks = workspaces.watch_inputs(trainer.model)

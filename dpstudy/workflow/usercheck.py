@@ -27,6 +27,7 @@ from typing import Any
 from dpstudy import models
 from dpstudy.data import user
 from dpstudy.data.registry import DATASETS
+from dpstudy.data.task import Task
 from dpstudy.util.atomic import write_json
 from dpstudy.util.errors import ConfigError
 
@@ -49,6 +50,7 @@ def trials(study: dict[str, Any], cells: Iterable, fingerprints: dict[str, str] 
             "model_args": spec["model_args"],
             "dataset": spec["dataset"],
             "code_path": spec["code_path"],
+            "seq_len": spec.get("seq_len"),  # a text model's window (models.window)
         }
         key = json.dumps(entry, sort_keys=True)
         combos.setdefault(key, {**entry, "sweeps": []})
@@ -118,43 +120,53 @@ def run_child(work: dict[str, Any], python: str) -> list[str]:
 # ---- the child ----------------------------------------------------------------------------------
 
 
-def dataset_shape(name: str, settings: dict, data_root: str, fingerprint: str | None) -> tuple[tuple, int]:
-    """((channels, size, size), number of classes) of a dataset for the trial: the registry's, an
-    image folder's settings and class folders, or a function's data (its prepared meta when
-    current, else the function called)."""
+def dataset_shape(name: str, settings: dict, data_root: str, fingerprint: str | None) -> Task:
+    """The Task of a dataset for the trial (channels, size, classes): the registry's, an image
+    folder's settings and class folders, or a function's data (its prepared meta when current,
+    else the function called)."""
     if name in DATASETS:
         info = DATASETS[name]
-        return (info.channels, info.size, info.size), len(info.classes)
+        if getattr(info, "is_text", False):
+            return Task.text(info.vocab_size, 1)  # the window is the model's: try_model sets it
+        return Task.image(info.channels, info.size, len(info.classes))
     dataset = user.describe(name, {k: v for k, v in settings.items() if k != "code_path"}, settings["code_path"])
     if dataset.is_folder:
         classes = user.class_folders(dataset.path, "")
-        return (dataset.channels, dataset.image_size, dataset.image_size), len(classes)
+        return Task.image(dataset.channels, dataset.image_size, len(classes))
     from dpstudy.data import store, user_function
 
     if store.is_ready(name, data_root):
         meta = store.load_meta(name, data_root)
         if meta.get("fingerprint") == fingerprint:
-            return tuple(meta["shape"]), len(meta["classes"])
+            return Task.image(meta["shape"][0], meta["shape"][1], len(meta["classes"]))
     splits, classes = user_function.read_function(dataset)
-    return tuple(splits["train"][0].shape[1:]), len(classes)
+    shape = splits["train"][0].shape
+    return Task.image(shape[1], shape[2], len(classes))
 
 
-def try_model(combo: dict, shape: tuple, classes: int) -> str | None:
-    """None when the model builds for the dataset and gives `classes` logits per image; else why."""
+def try_model(combo: dict, task: Task) -> str | None:
+    """None when the model builds for the task and gives its logits (task.output_shape); else why."""
     import torch
 
+    inputs = task.input_shape(BATCH)
     try:
-        model = models.build(combo["model"], shape[0], shape[1], classes, combo["model_args"], combo["code_path"])
+        if task.is_text:
+            spec = {"model": combo["model"], "model_args": combo["model_args"], "seq_len": combo.get("seq_len")}
+            task = Task.text(task.vocab_size, models.window(spec))
+            inputs = task.input_shape(BATCH)
+        model = models.build(combo["model"], task, combo["model_args"], combo["code_path"])
         model.eval()
         with torch.no_grad():
-            output = model(torch.zeros(BATCH, *shape))
+            output = model(task.example_batch(BATCH)[0])
     except ConfigError as error:
         return str(error)
     except Exception as error:
-        return f"fails on a batch {(BATCH, *shape)}: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        return f"fails on a batch {inputs}: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
     got = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
-    if got != (BATCH, classes):
-        return f"returned {got} for a batch {(BATCH, *shape)}; expected ({BATCH}, {classes}): one logit per class"
+    expected = task.output_shape(BATCH)
+    if got != expected:
+        what = "one logit per vocabulary symbol per position" if task.is_text else "one logit per class"
+        return f"returned {got} for a batch {inputs}; expected {expected}: {what}"
     return None
 
 
@@ -180,7 +192,7 @@ def child(work: dict[str, Any]) -> list[str]:
             shapes.setdefault(name, dataset_shape(name, {}, work["data_root"], None))
         if name not in shapes:
             continue  # its dataset's error is reported
-        problem = try_model(combo, *shapes[name])
+        problem = try_model(combo, shapes[name])
         if problem:
             errors.append(f"{where}model {combo['model']!r}{args} on dataset {name!r}: {problem}")
     return errors

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from helpers import REPO
 
 import dpstudy.ext
+from dpstudy.data.task import Task
 from dpstudy.ext import reference
 
 EXT_TEST_DIR = REPO / "results" / "ext-test"  # the build test_ext.py and test_bench.py use: one nvcc run
@@ -335,7 +336,7 @@ def test_trainer_steps_under_autocast_on_cuda(ops, model, precision):
             "device": "cuda",
         }
     )
-    net = models.build(model, 1, 28).cuda()
+    net = models.build(model, Task.image(1, 28, 10)).cuda()
     trainer = Trainer(
         spec,
         MODES["single"](torch.device("cuda", torch.cuda.current_device())),

@@ -22,6 +22,7 @@ SHARED = {
 FIRST = (
     "default_study",
     "tests/e2e/test_cluster.py",
+    "tests/e2e/test_lm_study.py",
     "tests/unit/engine/test_train.py",
     "tests/e2e/test_own_model.py",
     "tests/e2e/test_setup.py",

@@ -8,6 +8,7 @@ import os
 
 import torch
 
+from dpstudy.engine.checkpointing import how_of
 from dpstudy.engine.modes.base import Mode, Single
 from dpstudy.engine.modes.ddp import DistributedDataParallel
 from dpstudy.engine.modes.dp import DataParallel
@@ -47,10 +48,12 @@ def mode_for(spec: dict, env: dict[str, str] | None = None) -> Mode:
         raise Skip(gap)
 
     world = int(env.get("WORLD_SIZE", "1"))
+    checkpointing = how_of(spec)  # activation_checkpointing, applied by every mode
     if not cls.distributed:
         if world != 1:
             raise Skip(f"mode {cls.name} runs as one process, but was launched with world size {world}")
-        return cls(torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu"), gpus)
+        device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
+        return cls(device, gpus, checkpointing=checkpointing)
     nodes, launched_nodes = spec.get("nodes", 1), int(env.get("GROUP_WORLD_SIZE", "1"))
     if nodes != launched_nodes:
         raise Skip(
@@ -73,4 +76,5 @@ def mode_for(spec: dict, env: dict[str, str] | None = None) -> Mode:
         local_rank=local_rank,
         local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))),
         options=cls.options_of(spec),
+        checkpointing=checkpointing,
     )

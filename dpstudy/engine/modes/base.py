@@ -2,7 +2,8 @@
 
 A mode wraps the model and owns its collectives: what differs between single, DP, DDP and FSDP,
 so that the Trainer and the compile code hold no check of a mode's name: where the model lives
-(`wrap`), whether torch.compile goes before or after wrapping (`prepare`), the autocast policy, the
+(`wrap`), whether torch.compile goes before or after wrapping (`prepare`, each after activation
+checkpointing: dpstudy.engine.checkpointing), the autocast policy, the
 module evaluation runs on, and the collectives that keep ranks in step. A mode knows nothing of
 the Trainer; the probe that times its collectives after training is dpstudy.engine.probe's,
 chosen by the mode's name. A new mode is a subclass and an entry in dpstudy.engine.modes.MODES.
@@ -17,6 +18,7 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
+from dpstudy.engine import checkpointing
 from dpstudy.engine.compiling import COMPILE_OPTIONS
 from dpstudy.engine.loaders import Partition
 
@@ -30,12 +32,13 @@ class Mode:
     device: torch.device
     gpus: int = 1
     backend: str = "none"
-    shard: str = "none"  # fsdp: full | grad_op
+    shard: str = "none"  # fsdp: full | grad_op | hybrid
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     local_world_size: int = 1
     options: dict = field(default_factory=dict)  # the mode's own arguments from the spec (options_of)
+    checkpointing: str = "none"  # activation_checkpointing: none | full | selective
     initialized: bool = field(default=False, repr=False)
 
     @classmethod
@@ -62,11 +65,17 @@ class Mode:
         single and ddp compile the wrapped model: for DDP that is how PyTorch documents it (Dynamo's
         DDPOptimizer splits the graph at DDP's gradient buckets, so each bucket's all-reduce still
         overlaps the rest of backward). nn.Module.compile compiles in place: the model keeps its
-        class and attributes (DDP's no_sync, .module), no wrapper to unwrap."""
-        model = self.wrap(model, amp_dtype)
+        class and attributes (DDP's no_sync, .module), no wrapper to unwrap. Activation
+        checkpointing comes first, in every mode, as torchtitan applies it: the blocks it wraps are
+        what compile and DDP or FSDP then see."""
+        model = self.wrap(self.checkpointed(model), amp_dtype)
         if compiled:
             model.compile(**COMPILE_OPTIONS)
         return model
+
+    def checkpointed(self, model: nn.Module) -> nn.Module:
+        """The model with its blocks wrapped for activation checkpointing (none: as it is)."""
+        return checkpointing.apply(model, self.checkpointing)
 
     def wrap(self, model: nn.Module, amp_dtype: torch.dtype | None) -> nn.Module:
         return model

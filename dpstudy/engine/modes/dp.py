@@ -21,7 +21,8 @@ class DataParallel(Mode):
         """Compiles the module DataParallel will hold, which on one device (or CPU) it calls
         directly. On several GPUs DataParallel replicates the module every step and runs the
         replicas in threads, which torch.compile does not support: such a cell fails with that
-        reason (ddp is the way)."""
+        reason (ddp is the way). Activation checkpointing first, as in every mode."""
+        model = self.checkpointed(model)
         if compiled:
             if len(self.devices()) > 1:
                 raise CompileFailed(

@@ -32,6 +32,23 @@ def short(key: str, value) -> str:
     return f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
 
 
+LABEL_WIDTH = 48  # characters of a bar's label per line: longer ids wrap at their dashes
+
+
+def wrapped(label: str, width: int = LABEL_WIDTH) -> str:
+    """A long setting id on several lines, broken after its dashes: a figure keeps room for its bars
+    (the ids of language-model cells that set model_args and seq_len run past 90 characters)."""
+    lines, line = [], ""
+    for part in label.split("-"):
+        piece = part if not line else f"-{part}"
+        if line and len(line) + len(piece) > width:
+            lines.append(line + "-")
+            line = part
+        else:
+            line += piece
+    return "\n".join([*lines, line])
+
+
 def fold_keys(rows: pd.DataFrame, limit: int) -> tuple[list[str], list[str]]:
     """(kept, folded) varied setting keys, folding the keys with most values first (the batch keys
     last, CORE_KEYS never) until the kept keys make at most `limit` groups."""
@@ -61,6 +78,7 @@ def bar_groups(rows: pd.DataFrame, limit: int = MAX_BARS) -> tuple[pd.Series, li
     `limit` settings; beyond, a bar per group of settings that differ only in the folded keys."""
     settings = setting_of(rows["cell"])
     if settings.nunique() <= limit:
+        settings = settings.map(wrapped)
         return settings, sorted(settings.unique()), []
     kept, folded = fold_keys(rows, limit)
     named = [k for k in kept if k not in ("devices", "global_batch", "env_device")] or kept

@@ -3,6 +3,8 @@ with memory per device, the strategies that did not run, and the scaling model's
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from dpstudy.analysis import stats
@@ -93,6 +95,7 @@ def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
             "samples/s [95 %]": [
                 stats.interval_text(stats.value(r, "samples_per_s"), significant) for _, r in rows.iterrows()
             ],
+            **work_columns(rows),
             "vs one device": [
                 "n/a" if pd.isna(r["vs_one_device"]) else stats.interval_text(stats.value(r, "vs_one_device"), unit="x")
                 for _, r in rows.iterrows()
@@ -108,6 +111,22 @@ def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
         }
     )
     return markdown_table(table, escape=False)
+
+
+def percent(value: float) -> str:
+    return f"{significant(100 * value)} %"
+
+
+def work_columns(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """A text workload's tokens/s and any workload's MFU, each with its interval, where known."""
+    columns = {}
+    for metric, header, form in (("tokens_per_s", "tokens/s [95 %]", significant), ("mfu", "MFU [95 %]", percent)):
+        if metric in rows and rows[metric].notna().any():
+            columns[header] = [
+                "n/a" if pd.isna(r[metric]) else stats.interval_text(stats.value(r, metric), form)
+                for _, r in rows.iterrows()
+            ]
+    return columns
 
 
 def forecast_note(row, strategies: int, keys) -> str:
@@ -171,4 +190,22 @@ def strategies(tables: Tables) -> str:
         )
     more = len(workloads) - LIST_LIMIT
     tail = "\n\n" + more_in(more, table_csv("strategies"), "workload") if more > 0 else ""
-    return STRATEGIES_INTRO + "\n\n" + "\n\n".join(sections) + tail
+    return STRATEGIES_INTRO + mfu_basis(tables["cells"]) + "\n\n" + "\n\n".join(sections) + tail
+
+
+def mfu_basis(cells: pd.DataFrame) -> str:
+    """What the MFU column divides by (dpstudy.analysis.utilisation): a GPU's datasheet, a CPU's
+    measured matmul rate, or why no cell has one."""
+    if "mfu" not in cells:
+        return ""
+    ran = cells[cells["samples_per_s"].notna()]
+    with_mfu = ran[ran["mfu"].notna()]
+    if with_mfu.empty:
+        reasons = ran["mfu_reason"].dropna().unique()
+        return f" No MFU: {text(reasons[0])}." if len(reasons) else ""
+    # a CPU's peak is per core times each cell's cores: say the rate once
+    sources = sorted(
+        {re.sub(r" x [0-9.]+ cores$", ", times the cores the cell ran on", s) for s in with_mfu["peak_source"].dropna()}
+    )
+    basis = "; ".join(text(s) for s in sources[:3])
+    return f" MFU is the model's FLOPs per second over the peak of every device of the cell: {basis}."

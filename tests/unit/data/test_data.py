@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import runpy
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
 from helpers import REPO
 from helpers.archives import WRITERS
+from helpers.loopback import serve
 from torch import nn
 
 from dpstudy.data import store as data
@@ -33,17 +31,19 @@ SMALL = {"train_size": 200, "test_size": 40}
 
 
 def test_registry_entries_are_sane():
-    assert set(DATASETS) == {
-        "mnist",
-        "fashion_mnist",
-        "cifar10",
-        "stl10",
-        "synthetic",
-        "synthetic_rgb",
-        "synthetic_stl",
-    }
+    images = {"mnist", "fashion_mnist", "cifar10", "stl10", "synthetic", "synthetic_rgb", "synthetic_stl"}
+    assert set(DATASETS) == images | {"tiny_shakespeare", "synthetic_text"}
     for name, info in DATASETS.items():
         assert info.name == name
+        assert info.is_text == (name not in images) == (info.kind == "text")
+        assert info.generated == name.startswith("synthetic")
+        assert bool(info.files) != info.generated
+        assert info.generated == (info.stand_in is None)
+        if info.is_text:  # a vocabulary, no shape nor classes; a stand-in of the same vocabulary
+            assert info.vocab_size == 256 and (info.channels, info.size, info.classes) == (0, 0, ())
+            assert not info.stand_in or DATASETS[info.stand_in].vocab_size == info.vocab_size
+            continue
+        assert info.kind == "image" and info.vocab_size == 0
         assert info.channels in (1, 3) and info.size in (28, 32, 96)
         assert len(info.classes) == 10 == len(set(info.classes))
         assert info.generated == name.startswith("synthetic")
@@ -58,12 +58,14 @@ def test_registry_entries_are_sane():
 def test_registry_files_match_torchvision():
     from torchvision import datasets as tv
 
-    from dpstudy.data import download
+    from dpstudy.data import download, fetch
 
     for name, info in DATASETS.items():
         if not info.generated:
-            assert tuple(download.official_md5(name)) == info.files
-            assert all(url.startswith("http") for url in download.official_mirrors(name))
+            assert tuple(fetch.official_md5(name)) == info.files
+            assert all(url.startswith("http") for url in fetch.official_mirrors(name))
+            if not info.is_text:  # torchvision's own lists
+                assert fetch.official_md5(name) == download.official_md5(name)
     assert list(DATASETS["fashion_mnist"].classes) == tv.FashionMNIST.classes
 
 
@@ -175,33 +177,11 @@ def test_lenet_learns_synthetic_in_three_epochs(tmp_path):
 # --- downloads -----------------------------------------------------------------------------
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-
 @pytest.fixture
 def server(tmp_path):
     """A loopback HTTP server for tmp_path/served; `.requests` lists the paths asked for."""
-    served = tmp_path / "served"
-    (served / "files").mkdir(parents=True)
-    requests: list[str] = []
-
-    class Handler(SimpleHTTPRequestHandler):
-        def do_GET(self):
-            requests.append(self.path)
-            super().do_GET()
-
-        def log_message(self, *args):
-            pass
-
-    httpd = _Server(("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
-    # shutdown() waits for serve_forever's next poll: 0.5 s by default, for every test that serves
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    httpd.folder, httpd.requests = served / "files", requests
-    httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}/files/"
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with serve(tmp_path / "served") as httpd:
+        yield httpd
 
 
 def overrides_for(name: str, server) -> tuple[dict, dict]:

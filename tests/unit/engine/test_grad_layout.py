@@ -12,6 +12,7 @@ import torch.nn as nn
 import torchvision
 
 from dpstudy import models
+from dpstudy.data.task import Task
 from dpstudy.engine import grad_layout as layout
 from dpstudy.engine import modes
 from dpstudy.study import spec as specs
@@ -46,7 +47,7 @@ def test_ddp_buckets_are_the_ones_ddp_rebuilds(gloo_group, cap):
 
 
 def test_a_small_model_is_one_bucket_and_fsdp_units_cover_every_parameter():
-    lenet = layout.on_meta(lambda: models.build("lenet", 1, 28, 10))
+    lenet = layout.on_meta(lambda: models.build("lenet", Task.image(1, 28, 10)))
     assert all(p.is_meta for p in lenet.parameters())
     total = layout.nbytes(lenet.parameters())
     assert layout.ddp_buckets(lenet) == [total]
@@ -65,7 +66,7 @@ def test_the_ddp_mode_hands_the_studys_knobs_to_ddp_and_leaves_the_rest_at_its_d
     knobs = {"bucket_cap_mb": 0.01, "gradient_as_bucket_view": True, "broadcast_buffers": False, "static_graph": True}
     mode = modes.mode_for({**spec, **knobs}, env)
     assert mode.options == knobs and modes.mode_for(spec, env).options == {}
-    build = lambda: models.build("lenet", 1, 28, 10)  # noqa: E731
+    build = lambda: models.build("lenet", Task.image(1, 28, 10))  # noqa: E731
     ddp = mode.wrap(build(), None)
     assert ddp.bucket_bytes_cap == int(0.01 * layout.MIB) and ddp.gradient_as_bucket_view and ddp.static_graph
     assert not ddp.broadcast_buffers

@@ -10,12 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from dpstudy import models
+from dpstudy.data.task import Task
 from dpstudy.engine import memory
 
 
 def lenet_step(optimizer_name: str):
     torch.manual_seed(0)
-    model = models.build("lenet", 1, 28)
+    model = models.build("lenet", Task.image(1, 28, 10))
     optimizer = (
         torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         if optimizer_name == "sgd"

@@ -22,3 +22,22 @@ def test_the_schema_the_spec_and_the_engine_name_the_same_modes():
 def test_a_mode_knows_its_fsdp_shard_and_its_ranks_partition_of_the_data():
     fsdp = MODES["fsdp"](device=torch.device("cpu"), gpus=2, backend="gloo", shard="grad_op", rank=1, world_size=2)
     assert fsdp.shard == "grad_op" and (fsdp.partition.rank, fsdp.partition.world) == (1, 2)
+
+
+def test_mode_for_hands_a_mode_its_checkpointing_and_hybrids_replicas():
+    from dpstudy.engine.modes import mode_for
+    from dpstudy.study.spec import complete
+
+    spec = complete(
+        {"dataset": "synthetic", "model": "lenet", "mode": "fsdp", "gpus": 4, "backend": "gloo", "shard": "hybrid"}
+        | {"replicate": 2, "activation_checkpointing": "selective"}
+    )
+    env = {"WORLD_SIZE": "4", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    mode = mode_for(spec, env)
+    assert (mode.shard, mode.options, mode.checkpointing, mode.rank) == ("hybrid", {"replicate": 2}, "selective", 1)
+    # two nodes without replicate: a replica per node; other shardings take no replicas
+    two_nodes = {**spec, "gpus": 2, "nodes": 2, "replicate": None}
+    assert MODES["fsdp"].options_of(two_nodes) == {"replicate": 2}
+    assert MODES["fsdp"].options_of({**spec, "shard": "full", "replicate": None}) == {}
+    single = mode_for(complete({"dataset": "synthetic", "model": "lenet", "mode": "single"}), {})
+    assert single.checkpointing == "none"

@@ -12,6 +12,7 @@ from helpers.engine import finish, start_launch, train
 from dpstudy import models
 from dpstudy.analysis.tables import rank_allocators
 from dpstudy.data import store as data
+from dpstudy.data.task import Task
 from dpstudy.jobs.cell_command import TORCHRUN_LOGS
 from dpstudy.record import fields as record
 from dpstudy.util import allocator
@@ -219,7 +220,7 @@ def test_fsdp_over_gloo_trains_what_ddp_trains(parity_runs):
     assert abs(acc - single["summary"]["final_test_acc"]) <= 0.01
     # grad_op keeps the gathered parameters from forward to backward: when, not what, is computed
     # the probe of the scaling model: LeNet's five layers are the units, the root holds nothing
-    probe, params = fsdp["probe"], models.cost("lenet", 1, 28)["params"]
+    probe, params = fsdp["probe"], models.cost("lenet", Task.image(1, 28, 10))["params"]
     assert probe["units"] == 5 and probe["gather_bytes"] == probe["grad_bytes"] == 4 * params
     assert all(probe[k] > 0 for k in ("sync_step_s", "nosync_step_s", "allgather_s", "reduce_scatter_s"))
     grad_op = parity_runs["fsdp_grad_op"]
@@ -420,7 +421,7 @@ def test_memory_split_is_recorded_and_predicted_before_training(parity_runs):
     (dpstudy.workflow.memory_plan): the issue's target is 15 %; FSDP holds 1/n of the parameters."""
     from dpstudy.workflow import memory_plan
 
-    params_mb = models.cost("lenet", 1, 28)["params"] * 4 / 2**20
+    params_mb = models.cost("lenet", Task.image(1, 28, 10))["params"] * 4 / 2**20
     for name, rec in parity_runs.items():
         measured, world = rec["memory"], rec["env"]["world_size"]
         # CPU cells: the tracker's parts and, every rank, how much its resident memory grew over the step

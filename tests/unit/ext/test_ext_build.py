@@ -257,7 +257,7 @@ def test_a_lenet_ext_cell_on_such_a_gpu_is_a_failed_record_with_the_reason(fake_
     )
     # A CPU run whose process drives "GPU 0", with a plain LeNet standing in for the built library.
     monkeypatch.setattr(Mode, "devices", lambda self: [0])
-    monkeypatch.setattr(models, "build", lambda name, channels, size, classes, *_: LeNet(channels, size, classes))
+    monkeypatch.setattr(models, "build", lambda name, task, *_: LeNet(task.channels, task.size, task.classes))
     data.prepare("synthetic", tmp_path / "data", {"train_size": 64, "test_size": 32})
     spec = specs.complete(
         {

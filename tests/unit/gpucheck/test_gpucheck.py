@@ -17,6 +17,7 @@ import pytest
 import torch
 from helpers import REPO
 
+from dpstudy.data.task import Task
 from dpstudy.gpucheck import gputests, measurements, registry, runner, study, summary, worker
 
 RECORDED = REPO / "tests" / "data" / "gpucheck"
@@ -237,7 +238,7 @@ def test_resnet_throughput_on_cpu_counts_flops_like_models_stats():
 
     m = throughput.measure("cpu", size=16, images=192, batch=64, precision="bf16", min_steady_s=0)
     assert m["images_per_s"] > 0 and m["steady_epochs"] == 1 and m["steady_samples"] == 192
-    assert m["flops_per_image"] == models.cost("resnet18", 3, 16)["train_flops_per_sample"]
+    assert m["flops_per_image"] == models.cost("resnet18", Task.image(3, 16, 10))["train_flops_per_sample"]
     assert m["achieved_tflops"] == pytest.approx(m["images_per_s"] * m["flops_per_image"] / 1e12)
     assert m["mfu"] is None and m["loss_finite"] and 0 <= m["data_wait_share"] < 1
     result = measurements.resnet_result(m)
@@ -266,7 +267,7 @@ def test_grayscale_bandwidth_counts_bytes_and_checks_the_output():
 
 
 def test_peak_table_finds_devices_by_their_torch_names():
-    from dpstudy.microbench import peaks
+    from dpstudy.util import peaks
 
     expect = {
         "NVIDIA H100 80GB HBM3": (989.5, 3.35),

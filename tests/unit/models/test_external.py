@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dpstudy import models
+from dpstudy.data.task import Task
 from dpstudy.util import refs
 from dpstudy.util.errors import ConfigError
 
@@ -64,23 +65,23 @@ def test_two_factories_of_one_name_get_two_tokens():
     assert models.token("a:make").startswith("make_") and len(models.token("a:make")) == len("make_") + 6
 
 
-@pytest.mark.parametrize("model", ["gpt", "torchvision:", "timm:a b", "nets:", "a b:c", "nets:1x"])
+@pytest.mark.parametrize("model", ["gpt9", "torchvision:", "timm:a b", "nets:", "a b:c", "nets:1x"])
 def test_an_unknown_model_is_a_config_error_naming_the_choices(model):
-    with pytest.raises(ConfigError, match="torchvision:<name>, timm:<name> or a factory <module>:<callable>"):
+    with pytest.raises(ConfigError, match="timm:<name>, transformers:<name> or a factory <module>:<callable>"):
         models.kind(model)
 
 
 def test_a_torchvision_model_takes_the_datasets_channels_and_classes():
-    model = models.build("torchvision:resnet18", 1, 28, 7)
+    model = models.build("torchvision:resnet18", Task.image(1, 28, 7))
     assert model.conv1.in_channels == 1 and model.conv1.out_channels == 64 and model.conv1.stride == (2, 2)
     assert logits(model, 1, 28).shape == (2, 7)
-    rgb = models.build("torchvision:resnet18", 3, 32, 10)
+    rgb = models.build("torchvision:resnet18", Task.image(3, 32, 10))
     assert sum(p.numel() for p in rgb.parameters()) == 11_181_642  # torchvision's ResNet-18 at 10 classes
 
 
 def test_model_args_reach_a_torchvision_constructor():
-    narrow = models.build("torchvision:mobilenet_v3_small", 3, 32, 5, {"width_mult": 0.5})
-    wide = models.build("torchvision:mobilenet_v3_small", 3, 32, 5)
+    narrow = models.build("torchvision:mobilenet_v3_small", Task.image(3, 32, 5), {"width_mult": 0.5})
+    wide = models.build("torchvision:mobilenet_v3_small", Task.image(3, 32, 5))
     assert sum(p.numel() for p in narrow.parameters()) < sum(p.numel() for p in wide.parameters()) / 2
     assert logits(narrow, 3, 32).shape == (2, 5)
 
@@ -92,23 +93,23 @@ def test_model_args_reach_a_torchvision_constructor():
         ("torchvision:fasterrcnn_resnet50_fpn", {}, "no classification model 'fasterrcnn_resnet50_fpn'"),
         ("torchvision:resnet18", {"depth": 3}, r"torchvision:resnet18 with model_args \{'depth': 3\}"),
         ("timm:resnet_does_not_exist", {}, "timm has no model 'resnet_does_not_exist'"),
-        ("lenet", {"width": 2}, r"model_args \{'width': 2\} apply to torchvision:, timm: and factory models"),
+        ("lenet", {"width": 2}, "model 'lenet' takes no model_args 'width': it accepts none"),
     ],
 )
 def test_a_model_that_cannot_be_built_is_a_config_error(model, args, message):
     with pytest.raises(ConfigError, match=message):
-        models.build(model, 3, 32, 10, args)
+        models.build(model, Task.image(3, 32, 10), args)
 
 
 def test_a_timm_model_is_made_for_the_dataset_without_a_download(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a download would fail
-    model = models.build("timm:test_resnet", 1, 28, 4)
+    model = models.build("timm:test_resnet", Task.image(1, 28, 4))
     assert logits(model, 1, 28).shape == (2, 4)
     assert next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d)).in_channels == 1
 
 
 def test_a_factory_is_called_with_the_dataset_and_its_model_args(code):
-    model = models.build("nets:tiny", 3, 8, 5, {"width": 6}, code)
+    model = models.build("nets:tiny", Task.image(3, 8, 5), {"width": 6}, code)
     assert model[0].out_channels == 6 and logits(model, 3, 8).shape == (2, 5)
     assert models.source_file("nets:tiny", code) == code / "nets.py"
     assert models.source_file("torchvision:resnet18", code) is None
@@ -125,9 +126,9 @@ def test_a_factory_is_called_with_the_dataset_and_its_model_args(code):
 )
 def test_a_bad_factory_is_one_error_naming_it(code, model, message):
     with pytest.raises(ConfigError, match=message):
-        models.build(model, 3, 8, 5, None, code)
+        models.build(model, Task.image(3, 8, 5), None, code)
 
 
 def test_an_unknown_keyword_of_a_factory_is_named(code):
     with pytest.raises(ConfigError, match=r"cannot be called with \(num_classes, in_channels, image_size, depth\)"):
-        models.build("nets:tiny", 3, 8, 5, {"depth": 2}, code)
+        models.build("nets:tiny", Task.image(3, 8, 5), {"depth": 2}, code)

@@ -1,11 +1,12 @@
 import pytest
 import torch
 
+from dpstudy.data.task import IMAGE, Task
 from dpstudy.models import MODELS, build, cost
 from dpstudy.util.errors import ConfigError
 
 SHAPES = {"gray28": (1, 28), "rgb32": (3, 32), "stl96": (3, 96)}
-PLAIN = [name for name, info in MODELS.items() if not info.needs_ext]
+PLAIN = [name for name, info in MODELS.items() if not info.needs_ext and info.task == IMAGE]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -13,7 +14,7 @@ PLAIN = [name for name, info in MODELS.items() if not info.needs_ext]
 def test_forward_and_backward_on_every_dataset_shape(name, shape):
     channels, size = SHAPES[shape]
     torch.manual_seed(0)
-    model = build(name, channels, size, 10)
+    model = build(name, Task.image(channels, size, 10))
     x = torch.randn(2, channels, size, size)
     out = model(x)
     assert out.shape == (2, 10)
@@ -25,18 +26,18 @@ def test_forward_and_backward_on_every_dataset_shape(name, shape):
 
 def test_lenet_matches_the_source_on_cifar():
     # Source 000: on 32x32x3 the flattened features are 1024 wide.
-    model = build("lenet", 3, 32)
+    model = build("lenet", Task.image(3, 32, 10))
     assert model.classifier[0].in_features == 1024
 
 
 def test_stats_count_parameters_and_flops():
-    s = cost("lenet", 1, 28)
-    assert s["params"] == sum(p.numel() for p in build("lenet", 1, 28).parameters())
+    s = cost("lenet", Task.image(1, 28, 10))
+    assert s["params"] == sum(p.numel() for p in build("lenet", Task.image(1, 28, 10)).parameters())
     # The first conv alone: 28*28 outputs x 6 channels x 9 MACs = 42336 MACs forward.
     assert s["train_flops_per_sample"] > 3 * 2 * 42336
-    assert cost("vgg19", 3, 32)["train_flops_per_sample"] > 100 * s["train_flops_per_sample"]
+    assert cost("vgg19", Task.image(3, 32, 10))["train_flops_per_sample"] > 100 * s["train_flops_per_sample"]
 
 
 def test_unknown_model_is_an_error():
-    with pytest.raises(ConfigError, match=r"model 'gpt' is not one of \['lenet', "):
-        build("gpt", 1, 28)
+    with pytest.raises(ConfigError, match=r"model 'gpt9' is not one of \['gpt', 'lenet', "):
+        build("gpt9", Task.image(1, 28, 10))

@@ -8,6 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dpstudy.data import synthetic
 from dpstudy.data.store import channel_stats
+from dpstudy.data.task import Task
 from dpstudy.models import MODELS, build, cost
 from dpstudy.models.vit import ViT, patch_size
 from dpstudy.study import spec as specs
@@ -28,7 +29,7 @@ def test_patch_is_the_smallest_divisor_from_4_with_at_most_64_tokens(size, patch
 def test_a_size_without_a_patch_is_a_clear_error(size):
     # 3: no divisor >= 4; primes: one patch for the whole image is no transformer.
     with pytest.raises(ValueError, match=rf"no patch size for {size}x{size} images"):
-        build("vit", 3, size)
+        build("vit", Task.image(3, size, 10))
 
 
 @pytest.mark.parametrize(("channels", "size"), [(1, 28), (3, 32), (3, 96)])
@@ -44,7 +45,7 @@ def test_an_unknown_pool_is_an_error():
 
 
 def test_registered_vit_is_a_small_pre_norm_transformer():
-    model = build("vit", 3, 32, 10)
+    model = build("vit", Task.image(3, 32, 10))
     assert isinstance(model, ViT) and MODELS["vit"].source == "issue 16" and not MODELS["vit"].needs_ext
     # FSDP wraps one unit per element of a top-level ModuleList.
     assert isinstance(model.blocks, nn.ModuleList) and len(model.blocks) == 6
@@ -62,14 +63,14 @@ def test_registered_vit_is_a_small_pre_norm_transformer():
 
 def test_init_is_seeded_and_embeddings_are_truncated_normal():
     torch.manual_seed(1)
-    a = build("vit", 3, 32)
+    a = build("vit", Task.image(3, 32, 10))
     torch.manual_seed(1)
-    b = build("vit", 3, 32)
+    b = build("vit", Task.image(3, 32, 10))
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
     pos = ViT(3, 96, 10, dim=256, heads=4, pool="cls").pos_embed
     assert 0.015 < pos.std() < 0.025 and pos.abs().max() <= 2.0
     torch.manual_seed(2)
-    c = build("vit", 3, 32)
+    c = build("vit", Task.image(3, 32, 10))
     assert not torch.equal(a.pos_embed, c.pos_embed)
 
 
@@ -78,14 +79,14 @@ def test_attention_flops_are_counted():
     # FLOP counter. Forward FLOPs of a block: 2 x tokens x 12 dim^2 in the linear layers plus
     # 2 x 2 x tokens^2 x dim in the two attention matmuls.
     dim, depth, tokens = 192, 6, 64
-    stats = cost("vit", 3, 32, 10)
+    stats = cost("vit", Task.image(3, 32, 10))
     linear = 2 * tokens * 12 * dim**2
     attention = 2 * 2 * tokens**2 * dim
     embed, head = 2 * tokens * 48 * dim, 2 * tokens * dim * 10
     forward = depth * (linear + attention) + embed + head
     # Backward is twice the forward, less the gradient of the input images (not needed).
     assert stats["train_flops_per_sample"] == 3 * forward - embed
-    model = build("vit", 3, 32)
+    model = build("vit", Task.image(3, 32, 10))
     assert stats["params"] == sum(p.numel() for p in model.parameters())
     # Eval mode counts the same forward (no fast path skips the counter).
     model.eval()
@@ -97,7 +98,7 @@ def test_attention_flops_are_counted():
 
 def test_bf16_autocast_and_channels_last_match_float32():
     torch.manual_seed(0)
-    model = build("vit", 3, 32)
+    model = build("vit", Task.image(3, 32, 10))
     x = torch.randn(4, 3, 32, 32)
     ref = model(x)
     last = model.to(memory_format=torch.channels_last)(x.to(memory_format=torch.channels_last))
@@ -116,7 +117,7 @@ def test_ddp_trains_every_parameter(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
-        ddp = nn.parallel.DistributedDataParallel(build("vit", 1, 28))
+        ddp = nn.parallel.DistributedDataParallel(build("vit", Task.image(1, 28, 10)))
         before = [p.detach().clone() for p in ddp.parameters()]
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
         for _ in range(2):
@@ -132,7 +133,7 @@ def train(name: str, data, epochs: int, settings: dict) -> tuple[float, float]:
     """(test accuracy, largest |logit| on the test set) after `epochs` of the engine's step."""
     (x, y), (x_test, y_test) = data
     torch.manual_seed(settings["seed"])
-    model = build(name, x.shape[1], x.shape[-1], 10)
+    model = build(name, Task.image(x.shape[1], x.shape[-1], 10))
     assert settings["optimizer"] == "sgd" and settings["weight_decay"] == 0
     opt = torch.optim.SGD(model.parameters(), lr=settings["lr"], momentum=settings["momentum"])
     batch, order = settings["batch"], torch.Generator().manual_seed(0)

@@ -94,7 +94,7 @@ def test_an_explicit_code_path_wins(photos):
         ),
         (
             lambda c: c["sweeps"][2].update(set={"model_args": {"width": 2}}),
-            r"sweep 'made': model_args \{'width': 2\} apply to torchvision:, timm: and factory models",
+            "sweep 'made': model 'lenet' takes no model_args 'width': it accepts none",
         ),
         (lambda c: c["sweeps"][0].update(model="torchvision:res net"), "sweep 'lib'"),
         (lambda c: c["datasets"]["pets"].update(image_size=2), "datasets.pets"),

@@ -30,8 +30,9 @@ def test_inline_and_file_specs_agree(tmp_path):
         ({"optimizer": "lbfgs"}, "optimizer"),
         # a name the registry does not know may be a study's own dataset: the study checks it
         ({"dataset": "Image Net"}, "dataset"),
-        ({"model_args": {"width": 2}}, r"model_args \{'width': 2\} apply to torchvision:, timm: and factory"),
-        ({"model": "gpt"}, "model 'gpt'"),
+        ({"model_args": {"width": 2}}, "model 'lenet' takes no model_args 'width': it accepts none"),
+        ({"model": "gpt", "model_args": {"depth": 2}}, "model 'gpt' takes no model_args 'depth': it accepts size, "),
+        ({"model": "gpt9"}, "model 'gpt9'"),
         ({"batch": 63}, "batch 63 is not divisible by gpus 2"),
         ({"backend": "none"}, "needs backend 'nccl' or 'gloo'"),
         ({"mode": "single"}, "mode 'single' needs gpus 1"),
@@ -93,7 +94,7 @@ def test_the_schema_admits_exactly_the_model_libraries_the_registry_builds():
 
     (pattern,) = [p["pattern"] for p in schema.schema()["$defs"]["model"]["anyOf"] if "pattern" in p]
     assert set(re.match(r"\^\(([a-z|]+)\):", pattern).group(1).split("|")) == set(models.LIBRARIES)
-    assert set(models.LIBRARIES) == {"torchvision", "timm"}
+    assert set(models.LIBRARIES) == {"torchvision", "timm", "transformers"}
     for library in models.LIBRARIES:  # each is a model a study may name, and a kind the registry knows
         complete({**BASE, "model": f"{library}:resnet18"})
         assert models.kind(f"{library}:resnet18") == library

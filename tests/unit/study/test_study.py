@@ -428,3 +428,53 @@ def test_the_resolved_study_is_written_from_a_json_configfile_too(tmp_path):
         "study": "json",
         "sweeps": [{"name": "one", "grid": {"mode": ["single"], "batch": [64, 128]}}],
     }
+
+
+def test_stand_in_set_shrinks_a_sweep_only_under_the_stand_in_switch():
+    shrink = {"epochs": 1, "lr": 0.5}
+    study = {
+        "study": "shrink",
+        "defaults": {"epochs": 5, "lr": 0.01},
+        "sweeps": [
+            {
+                "name": "a",
+                "dataset": "cifar10",
+                "model": "lenet",
+                "set": {"epochs": 7},
+                "stand_in_set": shrink,
+                "grid": {"mode": ["single"]},
+            },
+            {"name": "b", "dataset": "cifar10", "model": "lenet", "stand_in_set": shrink, "grid": {"lr": [0.2]}},
+        ],
+    }
+    study["sweeps"][1]["grid"]["mode"] = ["single"]
+    real = {c.sweep: c for c in sweeps.expand(sweeps.load(study))}
+    assert (real["a"].spec["epochs"], real["a"].spec["lr"], real["a"].spec["dataset"]) == (7, 0.01, "cifar10")
+    shrunk = {c.sweep: c for c in sweeps.expand(sweeps.load({**study, "stand_in": True}))}
+    a = shrunk["a"].spec
+    assert (a["epochs"], a["lr"], a["dataset"]) == (1, 0.5, "synthetic_rgb")
+    assert shrunk["b"].spec["lr"] == 0.2 and shrunk["b"].spec["epochs"] == 1  # the grid still wins
+    assert real["a"].id == "cifar10-lenet-single-g1-b64-none-epochs7"  # ids name the sweep's own keys
+
+
+def test_replicate_reaches_only_hybrid_cells_and_names_them_where_the_sweep_sets_it():
+    study = {
+        "study": "hsdp",
+        "sweeps": [
+            {
+                "name": "a",
+                "dataset": "synthetic",
+                "model": "lenet",
+                "set": {"replicate": 2},
+                "grid": {"mode": ["ddp", "fsdp"], "shard": ["full", "hybrid"], "gpus": [4], "backend": ["gloo"]},
+            }
+        ],
+    }
+    by_id = {c.id: c.spec for c in sweeps.expand(sweeps.load(study))}
+    assert set(by_id) == {
+        "synthetic-lenet-ddp-g4-b64-gloo",
+        "synthetic-lenet-fsdp-g4-b64-gloo-shardfull",
+        "synthetic-lenet-fsdp-g4-b64-gloo-replicate2-shardhybrid",
+    }
+    assert by_id["synthetic-lenet-fsdp-g4-b64-gloo-replicate2-shardhybrid"]["replicate"] == 2
+    assert by_id["synthetic-lenet-fsdp-g4-b64-gloo-shardfull"]["replicate"] is None

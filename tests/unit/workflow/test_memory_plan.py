@@ -4,6 +4,7 @@ test_memory_split_is_recorded_and_predicted_before_training."""
 
 import pytest
 
+from dpstudy.data.task import Task
 from dpstudy.jobs import launch
 from dpstudy.study.spec import complete
 from dpstudy.workflow import memory_plan
@@ -121,7 +122,7 @@ def test_a_model_whose_initialiser_reads_values_is_predicted():
 
     vit = complete({"dataset": "synthetic_rgb", "model": "vit", "mode": "single", "batch": 8})
     predicted = memory_plan.predict(vit)
-    params_mb = models.cost("vit", 3, 32)["params"] * 4 / 2**20
+    params_mb = models.cost("vit", Task.image(3, 32, 10))["params"] * 4 / 2**20
     assert predicted["params_mb"] == [pytest.approx(params_mb, rel=1e-6)]
     assert predicted["activations_mb"][0] > 0
 
