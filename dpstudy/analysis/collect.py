@@ -18,6 +18,7 @@ from dpstudy.analysis import (
     comm_fit,
     comparisons,
     forecast_table,
+    largest_batch,
     memory,
     pivots,
     scaling,
@@ -79,7 +80,8 @@ def summarise(
     "comm_fit", each collective's latency and bandwidth fitted to `comm` (dpstudy.analysis.comm_fit);
     "forecasts", every measured DDP and FSDP setting forecast from the others and the forecasts `requests`
     asks for (dpstudy.study.forecast_requests.requests; dpstudy.analysis.forecast_table), each held against
-    `budget_gib` (the study's memory_budget_gib) or the CUDA device's memory (capacity)."""
+    `budget_gib` (the study's memory_budget_gib) or the CUDA device's memory (capacity); "largest_batch",
+    each strategy at the largest per-device batch that fits the same capacity (dpstudy.analysis.largest_batch)."""
     floor = machine_floor.floor_table([]) if floor is None else floor
     cells, epochs = utilisation.with_utilisation(tables["cells"], floor), tables["epochs"]
     settings = utilisation.settings_with_utilisation(stats.settings_table(cells), cells)
@@ -87,6 +89,7 @@ def summarise(
     model_by_setting = scaling.settings_model(model, settings)
     fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
     forecasts = forecast_table.forecasts(settings, cells, fits, requests or [], tables["memory_split"], budget_gib)
+    forecasts = utilisation.forecasts_in_tokens(forecasts, cells)
     ranked = strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"])
     return {
         **tables,
@@ -106,4 +109,5 @@ def summarise(
         "floor": floor,
         "comm_fit": fits,
         "forecasts": forecasts,
+        "largest_batch": largest_batch.largest_batch_table(cells, settings, tables["memory_split"], fits, budget_gib),
     }

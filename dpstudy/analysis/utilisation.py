@@ -130,3 +130,36 @@ def settings_with_utilisation(settings: pd.DataFrame, cells: pd.DataFrame) -> pd
         for part in ("", "_low", "_high"):
             settings[f"{metric}{part}"] = settings[f"samples_per_s{part}"].astype(float) * factor
     return settings
+
+
+# a forecast's throughput in tokens: what the forecast group's cells train on per sample
+TOKEN_GROUP = ("dataset", "model", "model_args", "seq_len")
+
+
+def group_key(row: pd.Series, keys: list[str]) -> tuple[str, ...]:
+    def text(value) -> str:
+        if value is None or (not isinstance(value, str) and pd.isna(value)):
+            return ""
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+    return tuple(text(row[k]) for k in keys)
+
+
+def forecasts_in_tokens(forecasts: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """forecasts with predicted_tokens_per_s (and its interval) and measured_tokens_per_s: samples/s
+    times the tokens per sample of the group's cells (text workloads; NaN for images)."""
+    forecasts = forecasts.copy()
+    keys = [k for k in TOKEN_GROUP if k in forecasts and k in cells]
+    known = cells.dropna(subset=["tokens_per_sample"]) if "tokens_per_sample" in cells else cells.iloc[:0]
+    # matched as text: the tables hold seq_len as Int64, float or object depending on how they were made
+    per_group = {group_key(row, keys): float(row["tokens_per_sample"]) for _, row in known.iterrows()}
+    tokens = pd.Series([per_group.get(group_key(row, keys), math.nan) for _, row in forecasts.iterrows()])
+    tokens.index = forecasts.index
+    for column, source in (
+        ("predicted_tokens_per_s", "predicted_samples_per_s"),
+        ("predicted_tokens_low", "predicted_low"),
+        ("predicted_tokens_high", "predicted_high"),
+        ("measured_tokens_per_s", "measured_samples_per_s"),
+    ):
+        forecasts[column] = pd.to_numeric(forecasts[source], errors="coerce") * tokens
+    return forecasts

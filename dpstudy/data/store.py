@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpstudy.data import synthetic, user, user_folder, user_function, user_text
+from dpstudy.data import user, user_folder, user_function, user_text
 from dpstudy.data.files import save_atomic, sha256_of
 from dpstudy.data.registry import DATASETS, GENERATED_ONLY, DatasetError, info, log
 from dpstudy.data.task import IMAGE, TEXT, Task
@@ -204,6 +204,8 @@ def _generate(name: str, folder: Path, params: dict) -> dict[str, Any]:
 
         return text.generate(name, folder, params)
     log(name, f"generating {params['train_size']} train + {params['test_size']} test samples, seed {params['seed']}")
+    from dpstudy.data import synthetic  # torch: only where images are generated, not where the study is planned
+
     data = synthetic.splits(dataset.channels, dataset.size, **params)
     return {**_write_splits(name, folder, data, dataset.classes), "sources": {}, "generator": params}
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from dpstudy.engine import objective
-from dpstudy.engine.compiling import compiler_errors, timed_compile
+from dpstudy.engine.compiling import COMPILE_OPTIONS, compiler_errors, timed_compile
 from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.heartbeat import BACKWARD, EVALUATING, FORWARD, LOADING, NoHeartbeat
 from dpstudy.engine.modes import Mode
@@ -76,6 +76,9 @@ class Trainer:
         self.amp_dtype = AMP_DTYPES.get(spec["precision"])
         self.compiled = bool(spec.get("compile", False))
         self.model = mode.prepare(model, self.amp_dtype, self.compiled)
+        # compiled with the model, the loss is fused: a language model's fp32 copy of its logits
+        # (batch x seq_len x vocab) is never made whole, as torchtitan compiles its loss too
+        self.loss = torch.compile(objective.loss, **COMPILE_OPTIONS) if self.compiled else objective.loss
         self.build_replica = build_replica
         params = self.model.parameters()
         lr = specs.scaled_lr(spec)
@@ -100,7 +103,7 @@ class Trainer:
         with compiler_errors(self.compiled):  # forward and backward both compile lazily
             with self.autocast():
                 logits = self.model(x)
-                loss = objective.loss(logits, y)
+                loss = self.loss(logits, y)
             self.heartbeat.beat(BACKWARD)  # where DDP and FSDP wait for their peers
             self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)

@@ -1,4 +1,4 @@
-"""Item 7 of `make gpu-check`: on one GPU, the forecasts checked against cells that ran.
+"""Item 8 of `make gpu-check`: on one GPU, the forecasts checked against cells that ran.
 
 A small study (STUDY: two models, four batch sizes, one device, two repeats, `device: cuda`) runs
 through real Snakemake in a copy of the checkout (its own results/, the default study's left

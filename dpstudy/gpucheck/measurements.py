@@ -1,6 +1,7 @@
-"""Items 3 to 6 of `make gpu-check`, the measurements: the device loader, ResNet-18 throughput and
-MFU, the CUDA rgb_to_grayscale's bandwidth, NCCL and Gloo all-reduce on CUDA tensors. (Item 1, the
-gpu-marked tests, is dpstudy.gpucheck.gputests; item 2, the study, dpstudy.gpucheck.study.)
+"""Items 3, 4, 6 and 7 of `make gpu-check`, the measurements: the device loader, ResNet-18
+throughput and MFU, the CUDA rgb_to_grayscale's bandwidth, NCCL and Gloo all-reduce on CUDA
+tensors. (Item 1, the gpu-marked tests, is dpstudy.gpucheck.gputests; item 2, the study,
+dpstudy.gpucheck.study; item 5, the language model, dpstudy.gpucheck.lm.)
 
 Each `run_*` takes the output folder, writes whatever raw tables it produces under `out/raw/`,
 and returns {"figures": {key: value}, "details": {key: text}, "notes": [...], "params": {...},

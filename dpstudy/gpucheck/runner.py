@@ -1,6 +1,6 @@
 """`make gpu-check`: run the GPU items (dpstudy.gpucheck.registry), then write summary.md.
 
-    python -m dpstudy.gpucheck [--out results/gpu-check] [--only tests,study,loader,resnet,grayscale,comm]
+    python -m dpstudy.gpucheck [--out results/gpu-check] [--only tests,study,loader,resnet,lm,...]
     python -m dpstudy.gpucheck --summary-only [--out DIR]     # rewrite summary.md from the raw files
 
 Without a CUDA GPU it prints one line and exits with NO_GPU (77), creating nothing. Otherwise

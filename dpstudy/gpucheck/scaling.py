@@ -1,4 +1,4 @@
-"""Item 8 of `make gpu-check`: on a host with MIN_GPUS or more GPUs, forecasts beyond two GPUs made
+"""Item 9 of `make gpu-check`: on a host with MIN_GPUS or more GPUs, forecasts beyond two GPUs made
 from one device and two, checked against cells that ran there.
 
 A study (study(visible)): resnet18 on synthetic_rgb, one device at every per-device batch the
@@ -11,7 +11,7 @@ request of 4 or 8) and compared with what it measured: each error, their median 
 how many measured throughputs fell inside their 95 % intervals.
 
 On fewer GPUs the item is not applicable and says so (a one-GPU host checks the batch and memory
-forecasts, item 7). `evaluate(tables)` is pure, tested without a GPU.
+forecasts, item 8). `evaluate(tables)` is pure, tested without a GPU.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpstudy.gpucheck.registry import FORMATS, ITEMS, NAMES, NOT_APPLICABLE, Figure, Item
+from dpstudy.gpucheck.figures import FORMATS, Figure
+from dpstudy.gpucheck.registry import ITEMS, NAMES, NOT_APPLICABLE, Item
 from dpstudy.util.atomic import write_text
 
 PASS, FAIL, NOT_RUN, NO_TARGET = "PASS", "FAIL", "not run", "no target"

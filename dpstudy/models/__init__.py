@@ -154,15 +154,6 @@ def window(spec: dict[str, Any]) -> int:
     return seq_len
 
 
-def cell_task(spec: dict[str, Any], overrides: dict | None = None, code_path: str | None = None) -> Task:
-    """The Task a cell's model is built for: its dataset's (dpstudy.data.store.data_task; a user's
-    dataset from its settings `overrides`, else its prepared meta.json), for text at the cell's
-    window."""
-    from dpstudy.data import store
-
-    return store.data_task(spec["dataset"], spec["data_root"], lambda: window(spec), overrides, code_path)
-
-
 def check_vocab(task_vocab: int, model_vocab: int, model: str) -> None:
     """ConfigError when a text model has fewer symbols than the data's tokenizer: an id past its
     embedding table would fail in the middle of training."""

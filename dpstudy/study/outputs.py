@@ -40,6 +40,7 @@ TABLES = (
     "floor",
     "comm_fit",
     "forecasts",
+    "largest_batch",
 )
 STALE_FILE = "stale.txt"
 UNREADABLE_FILE = "unreadable.txt"  # records collect could not read (--keep-going), one per line

@@ -75,9 +75,9 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
     parts as dpstudy.engine.memory measures them; raises when the model cannot run on fake tensors
     (e.g. a custom kernel). `steps` keeps the fake steps already run (by step_key) for the next
     call; `sizes` are the dataset's (train, test) samples (None: unknown, see allocated)."""
-    from dpstudy import models
+    from dpstudy.models.tasks import cell_task
 
-    task = models.cell_task(spec)  # a user's dataset: once prepared
+    task = cell_task(spec)  # a user's dataset: once prepared
     devices, batch = specs.devices(spec), specs.per_device_batch(spec)
     steps = {} if steps is None else steps
     key = step_key(spec)

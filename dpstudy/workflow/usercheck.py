@@ -130,6 +130,12 @@ def dataset_shape(name: str, settings: dict, data_root: str, fingerprint: str | 
             return Task.text(info.vocab_size, 1)  # the window is the model's: try_model sets it
         return Task.image(info.channels, info.size, len(info.classes))
     dataset = user.describe(name, {k: v for k, v in settings.items() if k != "code_path"}, settings["code_path"])
+    if dataset.is_text:
+        from dpstudy.data import text, user_text
+
+        if user_text.tokenizer_kind(dataset.tokenizer) == "byte":
+            text.read_text(dataset)  # every file UTF-8, or the file and the offset of its first bad byte
+        return Task.text(user_text.vocab_size(dataset), 1)  # the window is the model's: try_model sets it
     if dataset.is_folder:
         classes = user.class_folders(dataset.path, "")
         return Task.image(dataset.channels, dataset.image_size, len(classes))

@@ -34,7 +34,7 @@ STUDY = {
     # 1,024 windows of 65 tokens: 64 steps of 16 an epoch, the same 16 on 1, 2 or 4 ranks
     "datasets": {"synthetic_text": {"train_size": 1024 * SEQ_LEN + 1, "test_size": 128 * SEQ_LEN + 1}},
     "defaults": {
-        "epochs": 3,
+        "epochs": 2,
         "warmup_steps": 5,
         "optimizer": "adam",
         "lr": 0.003,
@@ -49,7 +49,12 @@ STUDY = {
             **GPT,
             "name": "one_device",
             "set": {"repeats": 2},
-            "grid": {"mode": ["single"], "batch": [16], "activation_checkpointing": ["none", "full"]},
+            "grid": {"mode": ["single"], "batch": [16], "activation_checkpointing": ["none"]},
+        },
+        {
+            **GPT,
+            "name": "checkpointed",
+            "grid": {"mode": ["single"], "batch": [16], "activation_checkpointing": ["full"]},
         },
         {
             **GPT,
@@ -89,7 +94,7 @@ def test_gpt_learns_and_every_strategy_ends_where_one_device_ends(study):
     cells = table(study, "cells").set_index("cell")
     assert (cells["status"] == "ok").all(), cells[["status", "reason"]]
     gpt = cells[cells["model"] == "gpt"]
-    assert len(gpt) == 8 and gpt["learned"].all()
+    assert len(gpt) == 7 and gpt["learned"].all()
     entropy = json.loads((study / "results/data/synthetic_text/meta.json").read_text())["unigram_entropy_nats"]
     one = gpt[(gpt["mode"] == "single") & (gpt["activation_checkpointing"] == "none")]["final_test_loss"]
     assert len(one) == 2 and one.max() <= entropy / 2, (
@@ -108,8 +113,8 @@ def test_gpt_learns_and_every_strategy_ends_where_one_device_ends(study):
 def test_checkpointing_changes_no_loss_and_lowers_the_measured_activations(study):
     cells = table(study, "cells").set_index("cell")
     single = cells[(cells["model"] == "gpt") & (cells["mode"] == "single")]
-    paired = single.reset_index().pivot(index="repeat", columns="activation_checkpointing", values="final_test_loss")
-    assert (paired["full"] - paired["none"]).abs().max() < 1e-4  # float noise at most
+    same_seed = single[single["repeat"] == 0].set_index("activation_checkpointing")["final_test_loss"]
+    assert abs(same_seed["full"] - same_seed["none"]) < 1e-4  # float noise at most
     split = table(study, "memory_split").merge(single[["activation_checkpointing"]], left_on="cell", right_index=True)
     activations = split.groupby("activation_checkpointing")[["activations_mb", "predicted_activations_mb"]].median()
     assert activations.loc["full", "activations_mb"] < 0.7 * activations.loc["none", "activations_mb"]
@@ -138,7 +143,8 @@ def test_every_cell_counts_its_flops_and_the_report_gives_tokens_per_s_and_mfu(s
     # a CPU's MFU is of the floor's measured matmul rate
     assert cells["mfu"].gt(0).all() and cells["peak_source"].str.startswith("the measured peak").all()
     settings = table(study, "settings")
-    one = settings[(settings["mode"] == "single") & (settings["model"] == "gpt")]
+    one = settings[(settings["mode"] == "single") & (settings["model"] == "gpt") & (settings["repeats"] == 2)]
+    assert len(one) == 1
     assert one["tokens_per_s_low"].notna().all() and (one["tokens_per_s_low"] < one["tokens_per_s_high"]).all()
     html = (study / "results/report/report.html").read_text()
     assert {"tokens/s [95 %]", "MFU [95 %]"} <= report_columns(html)

@@ -67,13 +67,21 @@ def line(r) -> str:
     )
 
 
+def in_tokens(r) -> str:
+    """ ", 131,000 tokens/s (95 % ...)" for a text workload's forecast (utilisation.forecasts_in_tokens)."""
+    if pd.isna(r.get("predicted_tokens_per_s", float("nan"))):
+        return ""
+    low, high = significant(r["predicted_tokens_low"]), significant(r["predicted_tokens_high"])
+    return f", {significant(r['predicted_tokens_per_s'])} tokens/s (95 % {low}-{high})"
+
+
 def requested_line(r) -> str:
     if r["how"] == "not forecast":
         return f"{head(r)}: not forecast: {r['basis']}."
     how = extrapolation(r)
     return (
         f"{head(r)}: {significant(r['predicted_samples_per_s'])} samples/s (95 % "
-        f"{significant(r['predicted_low'])}-{significant(r['predicted_high'])}), "
+        f"{significant(r['predicted_low'])}-{significant(r['predicted_high'])}){in_tokens(r)}, "
         f"{r['predicted_speedup']:.2f}x one device{memory(r, False)}{fit(r)}{how}."
     )
 

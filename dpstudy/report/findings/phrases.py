@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dpstudy.analysis import stats
-from dpstudy.report.text import more_in, plural, text
+from dpstudy.report.text import more_in, plural, significant, text
 from dpstudy.study.outputs import TABLES_DIR
 from dpstudy.study.spec import DDP_KNOBS
 
@@ -62,6 +62,32 @@ def knobs(row) -> str:
     """DDP's knobs a row sets, as ", bucket_cap_mb 5, static_graph true"; "" where none is set."""
     set_ = [(k, row.get(k)) for k in DDP_KNOBS if row.get(k) is not None and not pd.isna(row.get(k))]
     return "".join(f", {k} {str(v).lower() if str(v) in ('True', 'False') else f'{float(v):g}'}" for k, v in set_)
+
+
+def strategy_label(row, keys: list[str]) -> str:
+    """'FSDP full (gloo) on 2 devices, compiled': the strategy keys the study varies named."""
+    name = setup_name(row["mode"], row["backend"], whole(row["gpus"]), whole(row["nodes"]), row["shard"])
+    extras = [f"{k} {value_text(row[k])}" for k in ("batch_scope", "lr_scaling") if k in keys]
+    return name + (", compiled" if bool(row["compile"]) else "") + "".join(f", {e}" for e in extras)
+
+
+def mfu_percent(value: float) -> str:
+    return f"{significant(100 * value)} %"
+
+
+def work_columns(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """A text workload's tokens/s and any workload's MFU, each with its interval, where known."""
+    columns = {}
+    for metric, header, form in (
+        ("tokens_per_s", "tokens/s [95 %]", significant),
+        ("mfu", "MFU [95 %]", mfu_percent),
+    ):
+        if metric in rows and rows[metric].notna().any():
+            columns[header] = [
+                "n/a" if pd.isna(r[metric]) else stats.interval_text(stats.value(r, metric), form)
+                for _, r in rows.iterrows()
+            ]
+    return columns
 
 
 def batch_phrase(row) -> str:

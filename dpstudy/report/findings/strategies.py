@@ -1,5 +1,6 @@
 """Which strategy: per workload the fastest strategy that fits, its lead over the next, the ranking
-with memory per device, the strategies that did not run, and the scaling model's account."""
+with memory per device, the strategies that did not run, and the scaling model's account; then each
+strategy at the largest batch that fits (findings.largest_batch)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pandas as pd
 
 from dpstudy.analysis import stats
 from dpstudy.analysis.strategies import WORKLOAD_KEYS, ranked
+from dpstudy.report.findings.largest_batch import at_largest_batch
 from dpstudy.report.findings.phrases import (
     LIST_LIMIT,
     Tables,
@@ -17,12 +19,12 @@ from dpstudy.report.findings.phrases import (
     extra_keys,
     not_measured,
     or_na,
-    setup_name,
+    strategy_label,
     table_csv,
-    value_text,
     varied,
     whole,
     why_not_run,
+    work_columns,
 )
 from dpstudy.report.text import markdown_table, more_in, significant, text
 
@@ -34,13 +36,6 @@ STRATEGIES_INTRO = (
     "`memory_budget_gib`) did not run, so the fastest that ran is the fastest that fits. "
     '"vs one device" is the throughput over one device without torch.compile.'
 )
-
-
-def strategy_label(row, keys: list[str]) -> str:
-    """'FSDP full (gloo) on 2 devices, compiled': the strategy keys the study varies named."""
-    name = setup_name(row["mode"], row["backend"], whole(row["gpus"]), whole(row["nodes"]), row["shard"])
-    extras = [f"{k} {value_text(row[k])}" for k in ("batch_scope", "lr_scaling") if k in keys]
-    return name + (", compiled" if bool(row["compile"]) else "") + "".join(f", {e}" for e in extras)
 
 
 def workload_label(row, keys: list[str]) -> str:
@@ -113,22 +108,6 @@ def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
     return markdown_table(table, escape=False)
 
 
-def percent(value: float) -> str:
-    return f"{significant(100 * value)} %"
-
-
-def work_columns(rows: pd.DataFrame) -> dict[str, list[str]]:
-    """A text workload's tokens/s and any workload's MFU, each with its interval, where known."""
-    columns = {}
-    for metric, header, form in (("tokens_per_s", "tokens/s [95 %]", significant), ("mfu", "MFU [95 %]", percent)):
-        if metric in rows and rows[metric].notna().any():
-            columns[header] = [
-                "n/a" if pd.isna(r[metric]) else stats.interval_text(stats.value(r, metric), form)
-                for _, r in rows.iterrows()
-            ]
-    return columns
-
-
 def forecast_note(row, strategies: int, keys) -> str:
     """ "- forecast, not run: FSDP full (gloo) on 8 devices: 1,230 samples/s (95 % ...), would rank 4
     of 5 (from ...)", `strategies` the workload's ranked ones, measured or forecast"""
@@ -190,6 +169,8 @@ def strategies(tables: Tables) -> str:
         )
     more = len(workloads) - LIST_LIMIT
     tail = "\n\n" + more_in(more, table_csv("strategies"), "workload") if more > 0 else ""
+    largest = at_largest_batch(tables)  # each strategy at the largest batch that fits
+    tail += f"\n\n{largest}" if largest else ""
     return STRATEGIES_INTRO + mfu_basis(tables["cells"]) + "\n\n" + "\n\n".join(sections) + tail
 
 

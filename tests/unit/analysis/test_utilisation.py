@@ -85,3 +85,34 @@ def test_setting_intervals_scale_with_the_throughput_s():
     out = utilisation.settings_with_utilisation(settings, table).iloc[0]
     assert (out["tokens_per_s_low"], out["tokens_per_s"], out["tokens_per_s_high"]) == (92_160, 102_400, 112_640)
     assert out["mfu_low"] == pytest.approx(54.0 / 1979.0) and out["mfu_high"] == pytest.approx(66.0 / 1979.0)
+
+
+def test_a_text_forecast_is_also_in_tokens_per_s_and_an_image_one_is_not():
+    table = pd.concat(
+        [
+            utilisation.with_utilisation(cells(cell="t"), FLOOR),
+            utilisation.with_utilisation(cells(cell="i", task="image", tokens_per_sample=None, model="cnn"), FLOOR),
+        ]
+    )
+    table["dataset"], table["model_args"], table["seq_len"] = "d", "{}", pd.NA
+    table.loc[table["cell"] == "t", "model"] = "gpt"
+    forecasts = pd.DataFrame(
+        {
+            "dataset": ["d", "d"],
+            "model": ["gpt", "cnn"],
+            "model_args": ["{}", "{}"],
+            "seq_len": [pd.NA, pd.NA],
+            "predicted_samples_per_s": [10.0, 10.0],
+            "predicted_low": [8.0, 8.0],
+            "predicted_high": [12.0, 12.0],
+            "measured_samples_per_s": [11.0, math.nan],
+        }
+    )
+    out = utilisation.forecasts_in_tokens(forecasts, table)
+    text, image = out.iloc[0], out.iloc[1]
+    assert (text["predicted_tokens_low"], text["predicted_tokens_per_s"], text["predicted_tokens_high"]) == (
+        8192,
+        10240,
+        12288,
+    )
+    assert text["measured_tokens_per_s"] == 11264 and math.isnan(image["predicted_tokens_per_s"])

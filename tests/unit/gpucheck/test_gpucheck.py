@@ -18,7 +18,7 @@ import torch
 from helpers import REPO
 
 from dpstudy.data.task import Task
-from dpstudy.gpucheck import gputests, measurements, registry, runner, study, summary, worker
+from dpstudy.gpucheck import figures, gputests, measurements, registry, runner, study, summary, worker
 
 RECORDED = REPO / "tests" / "data" / "gpucheck"
 
@@ -82,7 +82,8 @@ def test_make_gpu_check_without_a_gpu_runs_nothing(tmp_path):
 
 def test_only_rejects_unknown_items_before_anything_runs(tmp_path):
     proc = _gpucheck("--out", str(tmp_path / "gc"), "--only", "tests,bogus")
-    assert proc.returncode == 2 and "bogus" in proc.stderr and "tests,study,loader,resnet,grayscale,comm" in proc.stderr
+    assert proc.returncode == 2 and "bogus" in proc.stderr
+    assert "tests,study,loader,resnet,lm,grayscale,comm,forecast,scaling" in proc.stderr
     assert runner.parse_only("comm, tests") == ["tests", "comm"]  # the registry's order
 
 
@@ -111,8 +112,10 @@ def test_summary_has_every_figure_with_its_target_and_the_missed_one_fails(recor
         "the same, largest absolute error: ≤ 25 %; settings forecast and checked: ≥ 1",
         "not run",
     ]
+    # lm is in no recorded set: it reads "not run" here (test_gpucheck_lm.py renders its figures)
+    assert rows[("lm", registry.BY_NAME["lm"].title)][2] == "not run"
     for item in registry.ITEMS:
-        if item.name == "scaling":
+        if item.name in ("scaling", "lm"):
             continue
         for figure in item.figures:
             measured, target, verdict = rows[(item.name, figure.label)]
@@ -148,7 +151,8 @@ def test_summary_has_every_figure_with_its_target_and_the_missed_one_fails(recor
 
 def test_all_passing_inputs_give_exit_status_0(recorded):
     path, verdicts = summary.write(recorded("h100-all-pass"))
-    assert {v.name: v.verdict for v in verdicts if v.verdict != "PASS"} == {"scaling": "not run"}  # one GPU
+    # one GPU: scaling does not apply; lm is in no recorded set
+    assert {v.name: v.verdict for v in verdicts if v.verdict != "PASS"} == {"lm": "not run", "scaling": "not run"}
     assert summary.exit_status(verdicts) == 0
     assert "**Result: PASS**" in path.read_text()
 
@@ -157,7 +161,8 @@ def test_an_item_without_a_raw_file_reads_not_run(recorded):
     out = recorded("h100-all-pass")
     (out / "raw" / "resnet.json").unlink()
     path, verdicts = summary.write(out)
-    assert [v.verdict for v in verdicts] == ["PASS", "PASS", "PASS", "not run", "PASS", "PASS", "PASS", "not run"]
+    # resnet's raw file removed; lm and scaling (one GPU) have none in the recorded set
+    assert [v.verdict for v in verdicts] == [*["PASS"] * 3, "not run", "not run", *["PASS"] * 3, "not run"]
     assert summary.exit_status(verdicts) == 0
     (row,) = [r for (item, _), r in _rows(path.read_text()).items() if item == "resnet"]
     assert row[0] == "not run" and row[2] == "not run" and "≥ 40,000 img/s" in row[1]
@@ -187,8 +192,8 @@ def test_summary_is_a_pure_function_of_the_raw_files(recorded):
 # ---- (c) the registry ---------------------------------------------------------------------------
 
 
-def test_the_items_are_exactly_the_eight_in_order():
-    assert registry.NAMES == ("tests", "study", "loader", "resnet", "grayscale", "comm", "forecast", "scaling")
+def test_the_items_are_exactly_the_nine_in_order():
+    assert registry.NAMES == ("tests", "study", "loader", "resnet", "lm", "grayscale", "comm", "forecast", "scaling")
     assert [
         f.target.describe(f.fmt) for i in registry.ITEMS for f in i.figures if f.target and f.target.op != "true"
     ] == [
@@ -199,6 +204,9 @@ def test_the_items_are_exactly_the_eight_in_order():
         "≥ 20x",
         "< 5 %",
         "≥ 40,000 img/s",
+        "≥ 40 %",
+        "≤ 10 %",
+        "≤ 10 %",
         "≥ 50 %",
         "≤ 5 %",
         "≤ 10 %",
@@ -214,10 +222,10 @@ def test_the_items_are_exactly_the_eight_in_order():
 
 
 def test_targets_and_formats():
-    at_least = registry.Target(">=", 20)
+    at_least = figures.Target(">=", 20)
     assert at_least.met(20) and not at_least.met(19.9) and not at_least.met(None) and not at_least.met(float("nan"))
-    assert registry.Target("true").met(True) and not registry.Target("true").met(1)
-    fmt = registry.FORMATS
+    assert figures.Target("true").met(True) and not figures.Target("true").met(1)
+    fmt = figures.FORMATS
     assert (
         fmt["img_per_s"](41234.5) == "41,200 img/s" and fmt["share"](0.031) == "3.1 %" and fmt["share"](0.624) == "62 %"
     )
@@ -227,6 +235,7 @@ def test_targets_and_formats():
         and fmt["ratio"](27.43) == "27.4x"
         and fmt["flop"](3.329e9) == "3.33 GFLOP"
     )
+    assert fmt["tokens_per_s"](412_345.6) == "412,000 tokens/s" and fmt["mb"](9_512.3) == "9,510 MB"
 
 
 # ---- (d) the items' measuring functions, on CPU at tiny sizes -----------------------------------

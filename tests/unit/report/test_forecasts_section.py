@@ -217,3 +217,11 @@ def test_the_memory_axis_shows_up_to_where_a_forecast_fits(forecast_tables):
     assert not [line for line in memory_ax.lines if line.get_linestyle() == "-."]
     assert any(t.get_text().endswith("(80 GiB per device): every point fits") for t in memory_ax.texts)
     plt.close(fig)
+
+
+def test_a_language_model_s_forecast_is_also_told_in_tokens_per_s():
+    asked = {**HELD_OUT_256, "source": "requested", "devices": 8, "model": "gpt", "dataset": "synthetic_text"}
+    tokens = {"predicted_tokens_per_s": 20600.0 * 64, "predicted_tokens_low": 18000.0 * 64}
+    table = forecasts_table([asked]).assign(**tokens, predicted_tokens_high=23000.0 * 64)
+    text = findings.forecasts({"forecasts": table})
+    assert "20,600 samples/s (95 % 18,000-23,000), 1,320,000 tokens/s (95 % 1,150,000-1,470,000), 1.10x" in text, text

@@ -150,3 +150,34 @@ def test_one_fake_step_serves_every_cell_that_runs_it(monkeypatch):
     for cell, spec in cells.items():
         assert rows[cell]["peak_mb"] == pytest.approx(max(memory_plan.predict(spec)["peak_mb"]))
     assert rows["ddp-gloo"]["peak_mb"] == rows["ddp-nccl"]["peak_mb"] > rows["single-b32"]["peak_mb"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_language_model_s_step_is_predicted_as_the_tracker_measures_it(tmp_path, precision):
+    """gpt tiny on generated text, one device: the plan's fake step against the tracker on a real
+    step, at fp32 and under bf16 autocast (parameters fp32, activations bf16): within 15 %."""
+    import functools
+
+    import torch
+
+    from dpstudy.data import store
+    from dpstudy.engine import memory
+    from dpstudy.engine.modes import MODES
+    from dpstudy.engine.train import Trainer
+    from dpstudy.models import build
+
+    root = tmp_path / "data"
+    spec = complete(
+        {"dataset": "synthetic_text", "model": "gpt", "mode": "single", "batch": 8, "seq_len": 64}
+        | {"precision": precision, "data_root": str(root), "optimizer": "adam"}
+    )
+    predicted = memory_plan.predict(spec)
+    task = store.data_task("synthetic_text", root, 64)
+    torch.manual_seed(0)
+    trainer = Trainer(spec, MODES["single"](torch.device("cpu")), None, None, build("gpt", task), log=print)
+    x, y = task.example_batch(8)
+    trainer.step(x, y)  # the optimizer's state exists, as after training
+    (parts,) = memory.tracked_step(trainer.model, trainer.optimizer, functools.partial(trainer.step, x, y)).values()
+    for part in ("params", "optimizer", "activations", "peak"):
+        assert predicted[f"{part}_mb"][0] == pytest.approx(parts[part], rel=0.15), (part, predicted, parts)
+    assert predicted["params_mb"][0] == pytest.approx(124_672 * 4 / 2**20, rel=0.02)  # fp32 parameters either way

@@ -131,3 +131,26 @@ def test_a_registry_study_starts_no_child(project, monkeypatch):
     study = sweeps.load(config)
     usercheck.check(study, sweeps.expand(study), str(project / "verdict.json"))
     assert not (project / "verdict.json").exists()
+
+
+def test_a_text_file_that_is_not_utf8_stops_the_study_naming_the_file_and_byte(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("to be or not to be\n" * 50)
+    (corpus / "b.txt").write_bytes(b"fine so far, \xff\xfe then latin-1")
+    study = sweeps.load(
+        {
+            "study": "own_text",
+            "data_root": str(tmp_path / "data"),
+            "datasets": {"mine": {"source": "text", "path": str(corpus)}},
+            "sweeps": [
+                {"name": "lm", "dataset": "mine", "model": "gpt", "set": {"seq_len": 16}, "grid": {"mode": ["single"]}}
+            ],
+        }
+    )
+    with pytest.raises(ConfigError) as error:
+        usercheck.check(study, sweeps.expand(study), str(tmp_path / "verdict.json"))
+    assert "sweep 'lm': dataset 'mine'" in str(error.value)
+    assert f"{str(corpus / 'b.txt')!r} is not UTF-8 text: byte 13 (0xff)" in str(error.value)
+    (corpus / "b.txt").write_text("fine all along")
+    usercheck.check(study, sweeps.expand(study), str(tmp_path / "verdict.json"))  # the gpt tried on it too
