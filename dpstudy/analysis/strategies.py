@@ -14,8 +14,9 @@ device kind) is the workload's, so strategies are compared at the same global ba
                       reason (no GPU, no NCCL, ...)
   samples_per_s       the setting's throughput (geometric mean of repeats, 95 % interval:
                       dpstudy.analysis.stats), `setting` its number in the settings table
-  tokens_per_s, mfu   the same in tokens/s (text) and model FLOPs utilisation, with the same
-                      interval (dpstudy.analysis.utilisation)
+  tokens_per_s, mfu   the same in tokens/s (text; all devices, and per device) and model FLOPs
+                      utilisation, with the same interval, and a text's perplexity
+                      (dpstudy.analysis.utilisation)
   vs_one_device       its throughput over the workload's one-device eager setting (mode single,
                       compile false), Welch's interval on log throughput; the reference itself is 1 (no interval)
   memory_mb           one training step's peak on the fullest device (PyTorch's tracker,
@@ -55,7 +56,7 @@ STRATEGY_KEYS = (
 DERIVED_KEYS = ("devices", "batch")
 WORKLOAD_KEYS = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *DERIVED_KEYS))
 # the throughput in work, per setting with its interval (dpstudy.analysis.utilisation)
-THROUGHPUTS = ("tokens_per_s", "mfu")
+THROUGHPUTS = ("tokens_per_s", "tokens_per_s_per_device", "mfu")
 COLUMNS = (
     "workload",
     *WORKLOAD_KEYS,
@@ -73,9 +74,13 @@ COLUMNS = (
     "tokens_per_s",
     "tokens_per_s_low",
     "tokens_per_s_high",
+    "tokens_per_s_per_device",
+    "tokens_per_s_per_device_low",
+    "tokens_per_s_per_device_high",
     "mfu",
     "mfu_low",
     "mfu_high",
+    "perplexity",
     "vs_one_device",
     "vs_one_device_low",
     "vs_one_device_high",
@@ -180,9 +185,8 @@ def strategies_table(
 def join_settings(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     """The settings table's number, repeats and throughput interval of each finished strategy."""
     keys = [*WORKLOAD_KEYS, *STRATEGY_KEYS]
-    wanted = ["setting", "repeats"] + [
-        f"{m}{p}" for m in ("samples_per_s", *THROUGHPUTS) for p in ("", "_low", "_high")
-    ]
+    rates = [f"{m}{p}" for m in ("samples_per_s", *THROUGHPUTS) for p in ("", "_low", "_high")]
+    wanted = ["setting", "repeats", *rates, "perplexity"]
     columns = [c for c in wanted if c in settings.columns]  # a settings table without utilisation: no THROUGHPUTS
     if settings.empty:
         return table.assign(**{c: math.nan for c in columns})

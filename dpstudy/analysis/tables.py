@@ -15,7 +15,7 @@ import pandas as pd
 
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import NULL_MEANS, NUMERIC_SPEC_DTYPES, SPEC_DEFAULTS, SPEC_KEYS, column_value
-from dpstudy.analysis.utilisation import COST_COLUMNS, cost_columns
+from dpstudy.analysis.utilisation import COST_COLUMNS, cores_used, cost_columns
 from dpstudy.record.fields import (
     EPOCH_FIELDS,
     IN_CELL_RATES,
@@ -67,6 +67,7 @@ CELL_COLUMNS = (
     "other_load",
     *IN_CELL_RATES,
     *COST_COLUMNS,
+    "cores",
     "final_test_loss",
     "baseline",
     "speedup",
@@ -196,6 +197,7 @@ def cell_row(
         "other_load": other_load(epochs),
         **machine_rates(epochs),
         **cost_columns(rec),
+        "cores": cores_used(env),
         "final_test_loss": epochs[-1]["test_loss"] if epochs else None,
         "stale": is_stale(code, rec["spec"], current_hash, factory_hash),
         "record": path,
@@ -224,6 +226,7 @@ def cells_table(
             "flops_per_sample": float,
             "hardware_flops_per_sample": float,
             "tokens_per_sample": "Int64",
+            "cores": "Int64",
             "other_load": float,
             **dict.fromkeys(IN_CELL_RATES, float),
             "gpus": "Int64",

@@ -7,10 +7,10 @@ FLOP/s by the peak of every device of the cell at its precision: on CUDA the dat
 of the device the record names (dpstudy.util.peaks; a device not in the table gets no MFU and the
 reason, never another device's peak), on a CPU the machine's measured matmul rate (the floor's
 `compute_gflops` per thread it ran on, the median over the study's floor runs, times the cores
-the cell's ranks ran on: threads per process x processes), so a CPU's MFU is "of the measured
-peak". HFU counts the
-recomputed forward of activation checkpointing too. Tokens/s is never divided by a sharding degree:
-it is the cell's, all devices together, and per device is that over the devices.
+the cell's ranks ran on: the distinct cores they were pinned to, `cores`; 4 ranks on 2 cores have
+2), so a CPU's MFU is "of the measured peak". HFU counts the recomputed forward of activation
+checkpointing too. Tokens/s is never divided by a sharding degree: it is the cell's, all devices
+together, and per device is that over the devices.
 """
 
 from __future__ import annotations
@@ -36,13 +36,22 @@ CELL_COLUMNS = (
     "perplexity",
 )
 # per setting: the summary's throughput interval scaled by the setting's constants
-SETTING_METRICS = ("tokens_per_s", "mfu")
+SETTING_METRICS = ("tokens_per_s", "tokens_per_s_per_device", "mfu")
 
 
 def cost_columns(rec: dict) -> dict:
     """The record's `cost` as cells.csv columns (records made before it have none)."""
     cost = rec.get("cost") or {}
     return {k: cost.get(k) for k in COST_COLUMNS}
+
+
+def cores_used(env: dict) -> int | None:
+    """Cores a CPU cell's ranks ran on: the distinct cores its ranks were pinned to, per node (ranks
+    past the job's cores are not pinned and share those); None where no rank recorded its cores."""
+    pinned = {
+        (r.get("node") or r.get("hostname"), core) for r in env.get("ranks") or [] for core in r.get("cores") or []
+    }
+    return len(pinned) or None
 
 
 def floor_peak(floor: pd.DataFrame | None) -> tuple[float | None, str]:
@@ -61,7 +70,11 @@ def cell_peak(row: pd.Series, cpu_peak: tuple[float | None, str]) -> tuple[float
     """(the cell's peak TFLOP/s, all its devices, at its precision; its source or why none)."""
     if row.get("env_device") == "cpu":
         per_core, source = cpu_peak
-        cores = row.get("threads_per_process", math.nan) * row.get("world_size", math.nan)
+        if row.get("precision", "fp32") != "fp32":  # bf16 matmuls run at another rate, unmeasured
+            return None, f"a CPU's peak is the floor's fp32 matmul rate, and this cell ran {row.get('precision')}"
+        cores = row.get("cores")  # else, for records without pinned cores, one thread per core
+        if cores is None or pd.isna(cores):
+            cores = row.get("threads_per_process", math.nan) * row.get("world_size", math.nan)
         if per_core is None or pd.isna(cores):
             return None, source if per_core is None else "the record does not say how many cores the cell ran on"
         return per_core * cores, f"{source} x {cores:g} cores"
@@ -111,24 +124,32 @@ def reason_without(row: pd.Series, peak_source: str) -> str | None:
 
 
 def settings_with_utilisation(settings: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """settings with tokens/s and MFU, each with the throughput's interval: within a setting the
-    tokens and FLOPs per sample and the peak are constants, so each is samples/s times one number."""
+    """settings with tokens/s (all devices, and per device) and MFU, each with the throughput's
+    interval: within a setting the tokens and FLOPs per sample and the peak are constants, so each
+    is samples/s times one number; and a text's perplexity."""
     settings = settings.copy()
     finished = cells[cells["status"] == "ok"]
     per_setting = {
         cell: (row["tokens_per_sample"], row["flops_per_sample"], row["peak_tflops"])
         for cell, row in finished.set_index("cell")[["tokens_per_sample", "flops_per_sample", "peak_tflops"]].iterrows()
     }
-    factors = {"tokens_per_s": [], "mfu": []}
-    for names in settings["cells"]:
-        first = per_setting.get(str(names).split(" ")[0], (math.nan,) * 3)
+    factors = {metric: [] for metric in SETTING_METRICS}
+    losses = finished.set_index("cell")["final_test_loss"].astype(float)
+    perplexity = []
+    for names, devices in zip(settings["cells"], settings["devices"], strict=True):
+        own = str(names).split(" ")
+        first = per_setting.get(own[0], (math.nan,) * 3)
         tokens, flops, peak = (pd.to_numeric(v, errors="coerce") for v in first)
         factors["tokens_per_s"].append(tokens)
+        factors["tokens_per_s_per_device"].append(tokens / devices)
         factors["mfu"].append(flops / 1e12 / peak if pd.notna(peak) and peak else math.nan)
+        # a text's perplexity: exp of the repeats' mean test loss (nats per token)
+        perplexity.append(math.exp(losses.reindex(own).mean()) if pd.notna(tokens) else math.nan)
     for metric in SETTING_METRICS:
         factor = np.asarray(factors[metric], dtype=float)
         for part in ("", "_low", "_high"):
             settings[f"{metric}{part}"] = settings[f"samples_per_s{part}"].astype(float) * factor
+    settings["perplexity"] = perplexity
     return settings
 
 

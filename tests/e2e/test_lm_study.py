@@ -116,8 +116,10 @@ def test_checkpointing_changes_no_loss_and_lowers_the_measured_activations(study
     same_seed = single[single["repeat"] == 0].set_index("activation_checkpointing")["final_test_loss"]
     assert abs(same_seed["full"] - same_seed["none"]) < 1e-4  # float noise at most
     split = table(study, "memory_split").merge(single[["activation_checkpointing"]], left_on="cell", right_index=True)
-    activations = split.groupby("activation_checkpointing")[["activations_mb", "predicted_activations_mb"]].median()
+    activations = split.groupby("activation_checkpointing")[["activations_mb", "peak_mb", "predicted_activations_mb"]]
+    activations = activations.median()
     assert activations.loc["full", "activations_mb"] < 0.7 * activations.loc["none", "activations_mb"]
+    assert activations.loc["full", "peak_mb"] < activations.loc["none", "peak_mb"]  # the tracker's step peak
     error = (activations["predicted_activations_mb"] / activations["activations_mb"] - 1).abs()
     assert (error <= 0.15).all(), activations  # the memory plan saw the checkpointing too
     # the hardware FLOPs count the recomputed forward; the model FLOPs are the same
@@ -125,6 +127,17 @@ def test_checkpointing_changes_no_loss_and_lowers_the_measured_activations(study
     assert costs.loc["full", "flops_per_sample"] == costs.loc["none", "flops_per_sample"]
     assert costs.loc["full", "hardware_flops_per_sample"] > costs.loc["full", "flops_per_sample"]
     assert pd.isna(costs.loc["none", "hardware_flops_per_sample"])
+
+
+def test_the_memory_plan_predicted_every_strategy_s_devices_as_measured(study):
+    # FSDP's shards and HSDP's included: 4 devices in 2 replicas shard the state over 2, as full over 2
+    split = table(study, "memory_split")
+    gpt = split[split["cell"].str.contains("-gpt-")]
+    assert len(gpt) == 2 + 1 + 2 + 2 + 2 + 4 and gpt["error_pct"].abs().max() <= 15, gpt[["cell", "error_pct"]]
+    state = gpt.assign(kind=gpt["cell"].str.extract(r"-(ddp|shardfull|shardhybrid)")[0]).groupby("kind")
+    optimizer = state["optimizer_mb"].median()
+    # equal up to the padding of uneven shards
+    assert optimizer["shardhybrid"] == pytest.approx(optimizer["shardfull"]) == pytest.approx(optimizer["ddp"] / 2, rel=1e-3)
 
 
 def test_transformers_gpt2_trains_on_one_device_and_ddp(study):
@@ -147,6 +160,6 @@ def test_every_cell_counts_its_flops_and_the_report_gives_tokens_per_s_and_mfu(s
     assert len(one) == 1
     assert one["tokens_per_s_low"].notna().all() and (one["tokens_per_s_low"] < one["tokens_per_s_high"]).all()
     html = (study / "results/report/report.html").read_text()
-    assert {"tokens/s [95 %]", "MFU [95 %]"} <= report_columns(html)
+    assert {"tokens/s [95 %]", "tokens/s per device [95 %]", "MFU [95 %]", "test perplexity"} <= report_columns(html)
     assert "the measured peak: the floor" in html
     assert undefined_in_glossary(html) == [], "define them in docs/glossary.md"

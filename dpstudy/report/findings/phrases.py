@@ -76,10 +76,12 @@ def mfu_percent(value: float) -> str:
 
 
 def work_columns(rows: pd.DataFrame) -> dict[str, list[str]]:
-    """A text workload's tokens/s and any workload's MFU, each with its interval, where known."""
+    """A text workload's tokens/s (all devices, and per device) and any workload's MFU, each with
+    its interval, where known."""
     columns = {}
     for metric, header, form in (
         ("tokens_per_s", "tokens/s [95 %]", significant),
+        ("tokens_per_s_per_device", "tokens/s per device [95 %]", significant),
         ("mfu", "MFU [95 %]", mfu_percent),
     ):
         if metric in rows and rows[metric].notna().any():

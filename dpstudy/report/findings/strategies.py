@@ -82,6 +82,13 @@ def model_reason(rows: pd.DataFrame, keys: list[str], settings: pd.DataFrame) ->
     return head + (" Largest loss against n x: " + "; ".join(losses) + "." if losses else "")
 
 
+def perplexity_column(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """A text workload's test perplexity: exp of the repeats' mean test loss."""
+    if "perplexity" not in rows or rows["perplexity"].isna().all():
+        return {}
+    return {"test perplexity": [or_na(significant)(v) for v in rows["perplexity"]]}
+
+
 def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
     table = pd.DataFrame(
         {
@@ -91,6 +98,7 @@ def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
                 stats.interval_text(stats.value(r, "samples_per_s"), significant) for _, r in rows.iterrows()
             ],
             **work_columns(rows),
+            **perplexity_column(rows),
             "vs one device": [
                 "n/a" if pd.isna(r["vs_one_device"]) else stats.interval_text(stats.value(r, "vs_one_device"), unit="x")
                 for _, r in rows.iterrows()

@@ -61,10 +61,18 @@ def test_no_mfu_without_the_device_s_own_peak_and_the_reason_says_why(overrides,
 
 def test_cpu_mfu_is_of_the_floor_s_measured_matmul_rate_per_core_times_the_cell_s_cores():
     cpu = {"env_device": "cpu", "gpu_names": None, "devices": 2, "world_size": 2, "threads_per_process": 1}
+    cpu["precision"] = "fp32"
     row = utilisation.with_utilisation(cells(**cpu), FLOOR).iloc[0]
     assert row["peak_tflops"] == pytest.approx(2 * 0.1)  # the median floor run: 100 GFLOP/s per core
     assert row["mfu"] == pytest.approx(60.0 / 0.2)  # this fake cell claims more than the machine
     assert row["peak_source"].startswith("the measured peak") and row["peak_source"].endswith("x 2 cores")
+    # four ranks pinned to the two cores a job had: the machine is two cores, not four
+    env = {"ranks": [{"node": "vm", "cores": [0]}, {"node": "vm", "cores": [1]}, {"node": "vm", "cores": []}]}
+    assert utilisation.cores_used(env) == 2 and utilisation.cores_used({"ranks": [{"cores": []}]}) is None
+    shared = utilisation.with_utilisation(cells(**{**cpu, "world_size": 4, "devices": 4, "cores": 2}), FLOOR).iloc[0]
+    assert shared["peak_tflops"] == pytest.approx(0.2) and shared["peak_source"].endswith("x 2 cores")
+    bf16 = utilisation.with_utilisation(cells(**{**cpu, "precision": "bf16"}), FLOOR).iloc[0]
+    assert math.isnan(bf16["mfu"]) and "fp32 matmul rate, and this cell ran bf16" in bf16["mfu_reason"]
     no_floor = utilisation.with_utilisation(cells(**cpu), None).iloc[0]
     assert math.isnan(no_floor["mfu"]) and "floor" in no_floor["mfu_reason"]
 
@@ -80,11 +88,19 @@ def test_images_have_no_tokens_but_do_have_mfu():
 def test_setting_intervals_scale_with_the_throughput_s():
     table = utilisation.with_utilisation(cells(), FLOOR)
     settings = pd.DataFrame(
-        {"cells": ["c0"], "samples_per_s": [100.0], "samples_per_s_low": [90.0], "samples_per_s_high": [110.0]}
+        {
+            "cells": ["c0"],
+            "devices": [2],
+            "samples_per_s": [100.0],
+            "samples_per_s_low": [90.0],
+            "samples_per_s_high": [110.0],
+        }
     )
     out = utilisation.settings_with_utilisation(settings, table).iloc[0]
     assert (out["tokens_per_s_low"], out["tokens_per_s"], out["tokens_per_s_high"]) == (92_160, 102_400, 112_640)
     assert out["mfu_low"] == pytest.approx(54.0 / 1979.0) and out["mfu_high"] == pytest.approx(66.0 / 1979.0)
+    assert (out["tokens_per_s_per_device_low"], out["tokens_per_s_per_device_high"]) == (46_080, 56_320)
+    assert out["perplexity"] == pytest.approx(math.exp(2.0))
 
 
 def test_a_text_forecast_is_also_in_tokens_per_s_and_an_image_one_is_not():
