@@ -74,6 +74,33 @@ def torchvision_transform(augment: str, mean: list[float], std: list[float], siz
     return v2.Compose([*steps, v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)])
 
 
+def partitioned(
+    dataset: Dataset, batch: int, partition: Partition, seed: int, device: torch.device, workers: int, train: bool
+) -> tuple[DataLoader, DistributedSampler | None]:
+    """A DataLoader over this rank's part of `dataset`: DistributedSampler's shuffled share when
+    training (set_epoch reshuffles it), the disjoint unpadded share of eval_indices otherwise."""
+    sampler = None
+    if train:
+        sampler = DistributedSampler(
+            dataset, num_replicas=partition.world, rank=partition.rank, shuffle=True, seed=seed
+        )
+    else:
+        dataset = Subset(dataset, eval_indices(len(dataset), partition).tolist())
+    generator = torch.Generator()
+    generator.manual_seed(seed)  # worker seeds, hence augmentations, follow the run's seed
+    loader = DataLoader(
+        dataset,
+        batch_size=batch,
+        sampler=sampler,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=workers > 0,
+        generator=generator,
+    )
+    return loader, sampler
+
+
 class TorchLoader:
     """DataLoader + DistributedSampler; batches moved to the device as they are taken."""
 
@@ -95,25 +122,7 @@ class TorchLoader:
     ):
         transform = torchvision_transform(augment if train else "none", mean, std, images.shape[-1])
         dataset = ImageTensorDataset(images, labels, transform)
-        self.sampler = None
-        if train:
-            self.sampler = DistributedSampler(
-                dataset, num_replicas=partition.world, rank=partition.rank, shuffle=True, seed=seed
-            )
-        else:
-            dataset = Subset(dataset, eval_indices(len(labels), partition).tolist())
-        generator = torch.Generator()
-        generator.manual_seed(seed)  # worker seeds, hence augmentations, follow the run's seed
-        self.loader = DataLoader(
-            dataset,
-            batch_size=batch,
-            sampler=self.sampler,
-            shuffle=False,
-            num_workers=workers,
-            pin_memory=device.type == "cuda",
-            persistent_workers=workers > 0,
-            generator=generator,
-        )
+        self.loader, self.sampler = partitioned(dataset, batch, partition, seed, device, workers, train)
         self.device, self.channels_last = device, channels_last
 
     def set_epoch(self, epoch: int) -> None:

@@ -11,9 +11,9 @@ import math
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.data import Dataset
 
-from dpstudy.engine.loaders import Batch, Partition, epoch_indices, eval_indices
+from dpstudy.engine.loaders import Batch, Partition, epoch_indices, eval_indices, partitioned
 
 
 def windows(tokens: torch.Tensor, seq_len: int) -> int:
@@ -49,22 +49,7 @@ class TorchTokenLoader:
         train: bool,
     ):
         dataset = TokenWindows(tokens, seq_len)
-        self.sampler = None
-        if train:
-            self.sampler = DistributedSampler(
-                dataset, num_replicas=partition.world, rank=partition.rank, shuffle=True, seed=seed
-            )
-        else:
-            dataset = Subset(dataset, eval_indices(len(dataset), partition).tolist())
-        self.loader = DataLoader(
-            dataset,
-            batch_size=batch,
-            sampler=self.sampler,
-            shuffle=False,
-            num_workers=workers,
-            pin_memory=device.type == "cuda",
-            persistent_workers=workers > 0,
-        )
+        self.loader, self.sampler = partitioned(dataset, batch, partition, seed, device, workers, train)
         self.device = device
 
     def set_epoch(self, epoch: int) -> None:
