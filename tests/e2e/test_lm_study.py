@@ -31,8 +31,8 @@ HF = {
 }
 STUDY = {
     "study": "lm_test",
-    # 1,024 windows of 65 tokens: 64 steps of 16 an epoch, the same 16 on 1, 2 or 4 ranks
-    "datasets": {"synthetic_text": {"train_size": 1024 * SEQ_LEN + 1, "test_size": 128 * SEQ_LEN + 1}},
+    # 512 windows of 65 tokens: 32 steps of 16 an epoch, the same 16 on 1, 2 or 4 ranks
+    "datasets": {"synthetic_text": {"train_size": 512 * SEQ_LEN + 1, "test_size": 128 * SEQ_LEN + 1}},
     "defaults": {
         "epochs": 2,
         "warmup_steps": 5,
