@@ -46,11 +46,13 @@ BASELINE_IGNORES = (
     "lr_scaling",
     *DDP_KNOBS,  # DDP's own arguments: a single device runs without them
     "replicate",  # shard hybrid's replicas: likewise
+    "trace_steps",  # steps traced after the timed epochs: no timed figure changes with it
 )
 BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
 # A setting: a cell up to its repeat index; the repeats of a setting are summarised together.
-# (data_root and code_path say where the data and the user's code are, not what the cell does)
-SETTING_KEYS = [k for k in SPEC_KEYS if k not in ("repeat", "data_root", "code_path")] + [
+# (data_root and code_path say where the data and the user's code are, not what the cell does;
+# trace_steps what is recorded after the timed epochs)
+SETTING_KEYS = [k for k in SPEC_KEYS if k not in ("repeat", "data_root", "code_path", "trace_steps")] + [
     "devices",
     "env_device",
     "global_batch",

@@ -20,8 +20,10 @@ settings at the same global batch), per steady epoch (medians over epochs >= 2, 
   predicted    compute + data wait + sync + DP;  predicted speedup = T_b / predicted
 
 The losses against ideal name what keeps a cell from n x, measured where the probe can: extra data
-wait (wait - wait_b / n), the collectives the step did not hide (steps x (step with them - step
-without); this is also where DDP's bucketing and FSDP's copies beyond the bare collectives show), DP's
+wait (wait - wait_b / n), the collectives the step did not hide (steps x the trace's exposed
+communication where the cell has a trace, dpstudy.engine.trace_figures; else steps x (the probe's
+step with them - step without), where DDP's bucketing and FSDP's copies beyond the bare collectives
+also show; `exposed_source` says which), DP's
 transfers, per-device compute (steps x the step under no_sync - compute_b / n: steps that do not
 shrink n-fold, ranks sharing cores or memory bandwidth), and the rest (optimizer steps, the
 loop's own overhead): T - ideal - the four.
@@ -56,6 +58,7 @@ COLUMNS = (
     "data_wait_s",
     "sync_s",
     "sync_source",
+    "exposed_source",
     "overlap",
     "dp_s",
     "predicted_s",
@@ -148,9 +151,16 @@ def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataF
     compute, wait = base["compute_s"] / n, part["data_wait_s"]
     predicted = compute + wait + np.nansum([sync_s, dp])
     ideal, measured = base["wall_s"] / n, part["wall_s"]
-    # Measured by the probe: the all-reduce time the backward left exposed, and the forward and
-    # backward without it against b's compute split n ways. Without a probe, the model's term.
-    sync = steps * exposed if pd.notna(exposed) else sync_s
+    # Measured: the collectives' time the step left exposed, read from the cell's trace where it
+    # has one (dpstudy.engine.trace_figures), else the probe's step with them minus without; and the
+    # forward and backward without them against b's compute split n ways. Else the model's term.
+    traced = cell.get("trace_exposed_comm_s", math.nan)
+    if pd.notna(traced):
+        sync, exposed_source = steps * traced, "trace"
+    elif pd.notna(exposed):
+        sync, exposed_source = steps * exposed, "probe"
+    else:
+        sync, exposed_source = sync_s, "model"
     per_device = steps * cell["nosync_step_s"] - compute if pd.notna(cell["nosync_step_s"]) else math.nan
     losses = {
         "loss_data_s": wait - base["data_wait_s"] / n,
@@ -171,6 +181,7 @@ def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataF
         "data_wait_s": wait,
         "sync_s": sync_s,
         "sync_source": source,
+        "exposed_source": exposed_source,
         "overlap": overlap,
         "dp_s": dp,
         "predicted_s": predicted,
@@ -208,9 +219,9 @@ def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     smaller than that, negative ones included, is measurement noise."""
     if table.empty:
         return table.assign(measured_speedup_low=[], measured_speedup_high=[], noise_s=[])
-    numeric = [c for c in COLUMNS if c not in ("cell", "sync_source", "largest", *SETTING_KEYS)]
+    numeric = [c for c in COLUMNS if c not in ("cell", "sync_source", "exposed_source", "largest", *SETTING_KEYS)]
     grouped = table.groupby(SETTING_KEYS, dropna=False, sort=True)
-    out = grouped[numeric].median().join(grouped["sync_source"].first())
+    out = grouped[numeric].median().join(grouped[["sync_source", "exposed_source"]].first())
     spread = grouped["measured_s"].std(ddof=1).rename("cell_sd")
     out = out.join(spread).reset_index()
     base_share = out["base_sd_s"] / out["n"]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dpstudy.analysis.baseline import with_speedup
 from dpstudy.analysis.keys import NULL_MEANS, NUMERIC_SPEC_DTYPES, SPEC_DEFAULTS, SPEC_KEYS, column_value
+from dpstudy.analysis.traces import TRACE_COLUMNS, trace_columns
 from dpstudy.analysis.utilisation import COST_COLUMNS, cores_used, cost_columns
 from dpstudy.record.fields import (
     EPOCH_FIELDS,
@@ -92,6 +93,7 @@ CELL_COLUMNS = (
     "job_id",
     "rank_nodes",
     "allocator",
+    *TRACE_COLUMNS,
     *PROBE_COLUMNS,
 )
 EPOCH_COLUMNS = (
@@ -209,6 +211,7 @@ def cell_row(
         "job_id": (env.get("job") or {}).get("job_id"),
         "rank_nodes": rank_nodes(env),
         "allocator": rank_allocators(env),
+        **trace_columns(path, rec),
         **{k: (rec.get("probe") or {}).get(k) for k in PROBE_COLUMNS},
     }
 
@@ -234,6 +237,7 @@ def cells_table(
             "devices": "Int64",
             "repeat": "Int64",
             **{k: float for k in PROBE_COLUMNS},
+            **{k: float for k in TRACE_COLUMNS if k not in ("trace_files", "trace_reason")},
         }
     )
     return with_speedup(cells)[list(CELL_COLUMNS)].sort_values("cell", ignore_index=True)

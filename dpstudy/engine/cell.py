@@ -13,7 +13,7 @@ import torch
 from dpstudy import models
 from dpstudy.data import store as data
 from dpstudy.data.task import TEXT, Task
-from dpstudy.engine import cost, memory, probe
+from dpstudy.engine import cost, memory, probe, tracing
 from dpstudy.engine.compiling import eager as compiling_eager
 from dpstudy.engine.cores import pin_gpu_rank, pin_to_cores, threads_per_process
 from dpstudy.engine.heartbeat import Heartbeat
@@ -212,6 +212,7 @@ def run(spec: dict, out_dir: str, cell: str, t0: float, cores: int) -> int:
         outcome.probe = probe.measure(trainer)
         with compiling_eager(trainer.compiled):  # the split the memory plan predicts: eager's
             outcome.memory = memory.measure(trainer)
+        outcome.trace = tracing.capture(trainer, out_dir)  # last: its optimizer steps change the model
         if mode.is_main:
             outcome.write("ok")
         mode.close()

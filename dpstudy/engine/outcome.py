@@ -65,6 +65,7 @@ class Outcome:
         self.util: dict | None = None
         self.probe: dict | None = None
         self.memory: dict | None = None
+        self.trace: dict | None = None  # the traced steps' figures (dpstudy.engine.tracing)
         self.startup_s: float | None = None
         self.classes: int | None = None  # of the data, and its test images: the learning verdict's chance
         self.test_samples = 0
@@ -127,6 +128,7 @@ class Outcome:
             self.probe,
             self.memory,
             self.cost,
+            self.trace,
         )
 
     # ---- faults ----------------------------------------------------------------------------

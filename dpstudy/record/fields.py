@@ -37,6 +37,7 @@ from dpstudy.record.schema import (
     field,
     per_rank,
 )
+from dpstudy.record.trace_fields import TRACE_FIELDS
 from dpstudy.util.atomic import write_json
 
 # What other modules import from here: the parts' names and tables live in dpstudy.record.schema.
@@ -132,6 +133,15 @@ RECORD_SCHEMA = {
             additionalProperties=False,
             properties=COST_FIELDS,
         ),
+        "trace": field(
+            MAYBE_OBJECT,
+            "ok cells with trace_steps (by default those on more than one device), last: a torch.profiler trace"
+            " of a few training steps on every rank, reduced in the job (dpstudy.engine.trace_figures). The"
+            " cell's figures are its pace-setting rank's; `ranks` holds every rank's and where its trace file is."
+            " null where nothing was traced; a record from before traces has none.",
+            additionalProperties=False,
+            properties=TRACE_FIELDS,
+        ),
         "memory": field(
             MAYBE_OBJECT,
             "ok cells: one more training step after the last evaluation, its peak memory on each device split"
@@ -171,6 +181,7 @@ def make(
     probe: dict | None = None,
     memory: dict | None = None,
     cost: dict | None = None,
+    trace: dict | None = None,
 ) -> dict[str, Any]:
     """A record with every required field; what is not given stays empty."""
     return {
@@ -186,6 +197,7 @@ def make(
         "probe": probe,
         "memory": memory,
         "cost": cost,
+        "trace": trace,
     }
 
 

@@ -25,7 +25,7 @@ from dpstudy.study import forecast_requests, outputs, resources, sweeps
 from dpstudy.study.spec import gap_before_start
 from dpstudy.study.sweeps import Cell, JsonDict
 from dpstudy.util import allocator
-from dpstudy.workflow import usercheck, windows
+from dpstudy.workflow import traces, usercheck, windows
 
 
 @dataclass
@@ -250,6 +250,7 @@ def load_study(
     datasets = user_data.in_study(config, cells)
     fingerprints = {name: user_data.fingerprint(dataset) for name, dataset in datasets.items()}
     windows.check(config, cells)  # text cells: seq_len against the model and the corpus
+    traces.check(cells)  # traced cells: a profiler that gives what the traces are reduced from
     if user_check is not None:
         usercheck.check(config, cells, user_check, fingerprints)
     visible_gpus = visible_gpu_count() if visible_gpus is None else visible_gpus

@@ -102,10 +102,30 @@ def test_the_report_answers_from_the_data_and_renders_offline_with_every_figure(
     assert all(done and width > 100 for done, width in page["images"])
 
 
+def test_every_multi_device_cell_carries_its_trace_and_the_report_reads_and_links_it(default_study, cells):
+    workdir = default_study.workdir
+    ran = cells[cells["status"] == "ok"]
+    multi = ran[ran["devices"] > 1]
+    assert len(multi) == 6 and multi["trace_step_s"].notna().all() and multi["trace_reason"].isna().all()
+    assert ran[ran["devices"] == 1]["trace_step_s"].isna().all()  # one device: not traced by default
+    parts = multi[["trace_data_wait_s", "trace_compute_s", "trace_exposed_comm_s", "trace_idle_s"]].sum(axis=1)
+    assert np.allclose(parts, multi["trace_step_s"]) and (multi["trace_comm_s"] > 0).all()
+    html = (workdir / "results/report/report.html").read_text()
+    for cell, files in multi["trace_files"].items():
+        paths = files.split("; ")  # every rank's, kept under results/, linked from results/report/
+        assert paths == [f"cells/{cell}/trace/rank{r}.json.gz" for r in range(2)]
+        assert all((workdir / "results" / p).stat().st_size > 1000 for p in paths)
+    assert f'href="../{multi["trace_files"].iloc[0].split("; ")[0]}"' in html
+    assert "The step as traced" in html
+    # "why not n x" reads the exposed communication off the traces
+    scaling = pd.read_csv(workdir / "results/tables/scaling_settings.csv")
+    assert len(scaling) == 2 and (scaling["exposed_source"] == "trace").all()
+
+
 def test_every_column_the_report_shows_is_in_the_glossary(default_study):
     page = (default_study.workdir / "results/report/report.html").read_text()
     # the report's tables of settings, strategies, the scaling model, cells and microbenchmarks
-    assert {"samples/s [95 %]", "scaling model", "hidden by the step", "job"} <= report_columns(page)
+    assert {"samples/s [95 %]", "scaling model", "hidden by the step", "job", "idle ms"} <= report_columns(page)
     assert undefined_in_glossary(page) == [], "define them in docs/glossary.md"
 
 

@@ -22,6 +22,7 @@ from dpstudy.report.findings.memory import memory
 from dpstudy.report.findings.noise import noise
 from dpstudy.report.findings.speedup import speedup
 from dpstudy.report.findings.strategies import strategies
+from dpstudy.report.findings.traces import traces
 from dpstudy.report.findings.usage import data_wait, utilisation
 from dpstudy.report.findings.why_not_n import why_not_n
 
@@ -36,6 +37,7 @@ __all__ = [
     "noise",
     "speedup",
     "strategies",
+    "traces",
     "utilisation",
     "why_not_n",
 ]

@@ -26,7 +26,8 @@ MODEL_INTRO = (
     "(the probe: DDP's step under `no_sync`, FSDP's step on an unsharded replica), and DP's "
     "scatter, replicate and gather. Against the ideal epoch (one device's divided by n), the "
     "measured losses add up to the measured epoch: extra data wait, the collectives the step left "
-    "exposed (steps with them minus steps without), DP's transfers, per-device compute beyond 1/n "
+    "exposed (read from the cell's profiler trace where it has one, else its steps with them minus steps "
+    "without), DP's transfers, per-device compute beyond 1/n "
     "(the steps without collectives), and the rest (optimizer steps, the loop's overhead)."
 )
 
@@ -103,6 +104,7 @@ def why_not_n(tables: Tables) -> str:
         }
     )
     sources = ", ".join(sorted(model["sync_source"].dropna().unique()))
+    exposed = ", ".join(sorted(model["exposed_source"].dropna().unique()))
     return (
         "\n".join(lines)
         + "\n\n"
@@ -112,6 +114,8 @@ def why_not_n(tables: Tables) -> str:
         + (
             f"\n\nMeasured: the setting's speedup with its 95 % interval (as above). Collective times from: {sources} "
             "(comm_bench: its bus bandwidth at the gradients' or a unit's size; probe: the cell's own collectives "
-            "timed alone)."
+            "timed alone). Exposed collectives from: "
+            f"{exposed} (trace: the time a collective ran while the step neither computed nor waited for data; "
+            "probe: the step with them minus without)."
         )
     )

@@ -273,3 +273,21 @@ def test_probe_fields_become_columns_but_how_the_probe_ran_does_not(tmp_path):
     assert ddp[["sync_step_s", "allreduce_s", "grad_bytes"]].tolist() == [0.045, 0.020, 400_000.0]
     assert ddp[["allgather_s", "units", "scatter_s"]].isna().all()
     assert cells.loc["synthetic-lenet-single-g1-b64-none", list(PROBE_COLUMNS)].isna().all()
+
+
+def test_a_cells_trace_becomes_columns_with_its_files_under_the_results_folder(tmp_path):
+    ranks = [
+        {"rank": r, "steps": 4, "activity": "cpu", "step_s": 0.010, "data_wait_s": 0.0, "compute_s": 0.006 + r / 1000,
+         "exposed_comm_s": 0.003 - r / 1000, "idle_s": 0.001, "comm_s": 0.004, "overlap": 0.25, "collectives": {},
+         "file": f"trace/rank{r}.json.gz", "bytes": 5000, "reason": None}
+        for r in range(2)
+    ]  # fmt: skip
+    pace = {k: v for k, v in ranks[1].items() if k not in ("rank", "steps", "activity", "file", "bytes", "reason")}
+    traced = make_record(mode="ddp", gpus=2, backend="gloo")
+    traced["trace"] = {"steps": 4, "pace_rank": 1, **pace, "reason": None, "ranks": ranks}
+    cells = by_cell(tables_of(tmp_path, [make_record(mode="single"), traced])["cells"])
+    ddp = cells.loc["synthetic-lenet-ddp-g2-b64-gloo"]
+    assert ddp[["trace_step_s", "trace_compute_s", "trace_exposed_comm_s"]].tolist() == [0.010, 0.007, 0.002]
+    cell = "synthetic-lenet-ddp-g2-b64-gloo"
+    assert ddp["trace_files"] == f"cells/{cell}/trace/rank0.json.gz; cells/{cell}/trace/rank1.json.gz"
+    assert cells.loc["synthetic-lenet-single-g1-b64-none", ["trace_step_s", "trace_files"]].isna().all()

@@ -1,5 +1,7 @@
 """The training entry point end to end: real processes, real torchrun, Gloo on CPU."""
 
+import gzip
+import json
 import math
 import os
 import re
@@ -13,6 +15,7 @@ from dpstudy import models
 from dpstudy.analysis.tables import rank_allocators
 from dpstudy.data import store as data
 from dpstudy.data.task import Task
+from dpstudy.engine import trace_figures, tracing
 from dpstudy.jobs.cell_command import TORCHRUN_LOGS
 from dpstudy.record import fields as record
 from dpstudy.util import allocator
@@ -76,6 +79,20 @@ def test_single_cell_writes_a_complete_record(data_root, tmp_path):
     assert not list(tmp_path.glob(".*tmp"))
 
 
+def test_a_trace_that_cannot_be_written_leaves_the_record_and_says_why(data_root, tmp_path):
+    # one device traces when asked; its trace file's folder cannot be made (a file holds its name)
+    (tmp_path / tracing.FOLDER).write_text("in the way")
+    proc = train(spec_for(data_root, epochs=1, trace_steps=2), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rec = record.read(tmp_path / "record.json")
+    assert rec["status"] == "ok" and rec["epochs"][0]["samples"] == 4000 and rec["summary"]["samples_per_s"] > 0
+    trace = rec["trace"]
+    assert trace["steps"] == 2 and trace["compute_s"] > 0 and trace["comm_s"] == 0 and trace["overlap"] is None
+    (rank,) = trace["ranks"]
+    assert rank["file"] is None and trace["reason"].startswith("rank 0: the trace was not written: "), trace["reason"]
+    assert "Kineto" not in proc.stderr and "gpuGetDeviceCount" not in proc.stderr  # the profiler's noise, silenced
+
+
 def test_a_run_at_lr_80_is_ok_but_did_not_learn(data_root, tmp_path):
     # The issue's cell: it runs to the end (its throughput is a measurement) and says it learned nothing.
     proc = train(spec_for(data_root, lr=80.0, epochs=2), tmp_path)
@@ -125,9 +142,9 @@ class ParityRuns(dict):
     `left`: {mode: what the job left in its TMPDIR (helpers.left_in_tmpdir), and torchrun's logs if
     its cell's folder kept them}."""
 
-    def __init__(self, records: dict, launched: dict, left: dict):
+    def __init__(self, records: dict, launched: dict, left: dict, folder):
         super().__init__(records)
-        self.launched, self.left = launched, left
+        self.launched, self.left, self.folder = launched, left, folder  # folder / mode: a cell's
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +187,7 @@ def parity_runs(data_root, tmp_path_factory):
     left = {name: left_in_tmpdir(temp[name]) for name in temp}
     for name in temp:  # and torchrun's logs in the cell's folder, once the job ended
         left[name] += [TORCHRUN_LOGS] if (out / name / TORCHRUN_LOGS).exists() else []
-    return ParityRuns(records, launched=spans, left=left)
+    return ParityRuns(records, launched=spans, left=left, folder=out)
 
 
 @pytest.mark.slow
@@ -188,6 +205,33 @@ def test_the_launcher_gives_every_rank_the_studys_allocator(parity_runs):
         f"{chosen.name} ({chosen.library})" if chosen.library else "glibc"
     )
     assert rank_allocators(parity_runs["fsdp"]["env"]) == "glibc"
+
+
+@pytest.mark.slow
+def test_every_multi_device_cell_traces_its_steps_on_every_rank_and_keeps_the_traces(parity_runs):
+    assert parity_runs["single"]["trace"] is None  # one device: none unless trace_steps asks
+    expected = {
+        "ddp": {"all_reduce"},
+        "fsdp": {"all_gather", "all_reduce"},
+        "fsdp_grad_op": {"all_gather", "all_reduce"},
+    }
+    for name, collectives in expected.items():
+        rec = parity_runs[name]
+        trace, probe = rec["trace"], rec["probe"]
+        assert trace["steps"] == tracing.DEFAULT_STEPS and trace["reason"] is None and len(trace["ranks"]) == 2
+        pace = trace["ranks"][trace["pace_rank"]]
+        assert pace["compute_s"] == max(r["compute_s"] for r in trace["ranks"]) and trace["step_s"] == pace["step_s"]
+        for rank in trace["ranks"]:
+            parts = sum(rank[k] for k in trace_figures.PARTS)
+            assert parts == pytest.approx(rank["step_s"]) and min(rank[k] for k in trace_figures.PARTS) >= 0
+            assert rank["activity"] == "cpu" and rank["compute_s"] > 0 and rank["comm_s"] > 0
+            # Gloo runs FSDP's reduce-scatter as an all-reduce; every call's bytes known
+            assert set(rank["collectives"]) == collectives, rank["collectives"]
+            assert all(c["bytes"] > 0 and c["calls"] >= 1 for c in rank["collectives"].values())
+            with gzip.open(parity_runs.folder / name / rank["file"], "rt") as f:  # the kept trace, reduced anew
+                assert trace_figures.reduce(json.load(f)["traceEvents"])["step_s"] == pytest.approx(rank["step_s"])
+        # the same steps as the probe's synced ones, timed another way: the same length within noise
+        assert 0.5 < trace["step_s"] / probe["sync_step_s"] < 2, (trace["step_s"], probe["sync_step_s"])
 
 
 @pytest.mark.slow
