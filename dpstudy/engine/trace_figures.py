@@ -10,8 +10,9 @@ The intervals, per `dpstudy:step` span (the training thread is the thread these 
             once. Autograd's nodes and Python's functions are left out: a thread blocked on a
             collective is outside any operator (DDP's end of backward) or in such a function with
             no operator running (FSDP's post-backward hook waiting for its reduce-scatter).
-  comm      the collectives as they ran: Gloo's `gloo:*` spans on its own threads (Gloo runs each
-            collective there, the training thread only enqueues it), NCCL's kernels on a device
+  comm      the collectives in flight: on a CPU each Gloo collective from when the training thread
+            issued it (its c10d:: operator) to the end of its `gloo:*` span on Gloo's own thread,
+            which runs it; NCCL's kernels on a device
 
 Per step, a partition of its span (the four add up to step_s exactly):
 
@@ -40,6 +41,8 @@ DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # dispatcher operators (a namespace) that compute: not those of collectives, waits or autograd's engine
 OPERATOR = re.compile(r"^[\w.]+::")
 NOT_COMPUTE = re.compile(r"^(c10d::|_c10d_functional::|autograd::|torch::autograd::)|wait", re.IGNORECASE)
+# c10d operators that issue no Gloo work of their own
+NOT_ISSUED = {"c10d::barrier", "c10d::monitored_barrier_"}
 NCCL_KERNEL = re.compile(r"nccl", re.IGNORECASE)
 # NCCL's kernel names (ncclDevKernel_AllReduce_Sum_f32_RING_LL) and Gloo's spans (gloo:all_reduce)
 # named as the collectives are: all_reduce, all_gather, reduce_scatter, ...
@@ -91,6 +94,18 @@ def span(event: dict) -> tuple[float, float]:
     return float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))
 
 
+def in_flight(spans: list[dict], issued: list[dict]) -> list[tuple[float, float]]:
+    """Each Gloo collective from when the training thread issued it (its c10d:: operator) to the end
+    of its span on Gloo's thread: until a worker thread takes it up, the step waits on it too (on a
+    busy CPU, for milliseconds). Gloo's queue is first in, first out, so the k-th issue is the k-th
+    span to start; where the counts differ (an operator that issues none), the spans alone."""
+    ordered = sorted(spans, key=lambda e: float(e["ts"]))
+    if len(ordered) != len(issued):
+        return [span(e) for e in ordered]
+    starts = sorted(float(e["ts"]) for e in issued)
+    return [(min(start, span(e)[0]), span(e)[1]) for start, e in zip(starts, ordered, strict=True)]
+
+
 def is_compute(name: str) -> bool:
     return bool(OPERATOR.match(name)) and not NOT_COMPUTE.search(name)
 
@@ -135,7 +150,8 @@ def reduce(events: list[dict]) -> dict:
         ops = [e for e in complete if (e.get("pid"), e.get("tid")) == thread and e.get("cat") == "cpu_op"]
         compute = union(span(e) for e in ops if is_compute(e.get("name", "")))
         comm_events = [e for e in complete if e.get("name", "").startswith(("gloo:", "nccl:"))]
-    comm = union(span(e) for e in comm_events)
+        issued = [e for e in ops if e.get("name", "").startswith("c10d::") and e.get("name") not in NOT_ISSUED]
+    comm = union(in_flight(comm_events, issued) if not on_device else map(span, comm_events))
     split = [partition(span(s), data, compute, comm) for s in steps]
     n = len(split)
     # the median step (the lower middle one of an even count): one slow step moves nothing, and its

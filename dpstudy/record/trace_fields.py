@@ -19,14 +19,15 @@ TRACE_PARTS = {
         " dispatcher operators but the collectives' and waits.",
     ),
     "exposed_comm_s": field(
-        MAYBE_NUMBER, "A collective running while the step neither computes nor waits for data: on its critical path."
+        MAYBE_NUMBER, "A collective in flight (issued, not finished) while the step neither computes nor waits for data: on"
+        " its critical path."
     ),
     "idle_s": field(
         MAYBE_NUMBER,
         "The rest of the step: the host between operators (Python, hooks, the dispatcher) and waits with no"
-        " collective running.",
+        " collective in flight.",
     ),
-    "comm_s": field(MAYBE_NUMBER, "Every collective's time in the step, hidden by compute or not."),
+    "comm_s": field(MAYBE_NUMBER, "Every collective's time in flight in the step, hidden by compute or not."),
     "step_spread_s": field(MAYBE_NUMBER, "The interquartile range of the traced steps' lengths: their noise."),
     "overlap": field(MAYBE_NUMBER, "1 - exposed_comm_s / comm_s: the share of the collectives compute hid."),
     "collectives": field(

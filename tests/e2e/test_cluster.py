@@ -296,6 +296,18 @@ def comparable(rec: dict) -> dict:
     for key in PROBE_FIELDS:  # its times (every field but the counts and sizes, in seconds) and
         if key.endswith("_s") or key == "steps":  # the steps it timed: fewer when a step was slow
             (rec.get("probe") or {}).pop(key, None)
+    if rec.get("trace"):  # its times and the rank that set the pace vary; what was traced does not
+        rec["trace"] = {
+            "steps": rec["trace"]["steps"],
+            "reason": rec["trace"]["reason"],
+            "ranks": [
+                {
+                    **{k: rank[k] for k in ("rank", "steps", "activity", "file", "reason")},
+                    "collectives": {c: (v["calls"], v["bytes"]) for c, v in rank["collectives"].items()},
+                }
+                for rank in rec["trace"]["ranks"]
+            ],
+        }
     for key in ("hostname", "job", "cpu", "cpu_count"):
         rec["env"].pop(key, None)
     for key in HOST_PARTS:  # the resident memory a process measured, like peak_mem_mb: not the same twice

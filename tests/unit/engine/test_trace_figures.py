@@ -82,9 +82,28 @@ def test_a_hook_waiting_for_its_collective_is_not_compute():
     ]
     figures = tf.reduce(events)
     assert figures["compute_s"] == pytest.approx(52e-6)  # mm 40, chunk_cat 4, add_ 8
-    assert figures["exposed_comm_s"] == pytest.approx(44e-6) and figures["overlap"] == pytest.approx(0.0)
+    # in flight from its issue at 45 (Gloo's thread took it up at 46) to its end at 90
+    assert figures["exposed_comm_s"] == pytest.approx(45e-6) and figures["overlap"] == pytest.approx(0.0)
     # Gloo's span says no size here: the bytes are unknown, never 0
     assert figures["collectives"]["all_reduce"]["bytes"] is None
+
+
+def test_a_collective_is_in_flight_from_its_issue_though_gloo_takes_it_up_later():
+    # a busy CPU: Gloo's thread starts the all-reduce 30 us after the training thread issued it and
+    # went on to wait; the wait from the issue is exposed communication, not idle time
+    events = [
+        step(0, 100),
+        op("aten::mm", 0, 40),
+        op("c10d::allreduce_", 40, 1),
+        op("gloo:all_reduce", 70, 30, tid=GLOO, cat="user_annotation"),
+    ]
+    figures = tf.reduce(events)
+    assert figures["exposed_comm_s"] == pytest.approx(60e-6) and figures["idle_s"] == pytest.approx(0.0)
+    assert figures["comm_s"] == pytest.approx(60e-6)
+    assert figures["collectives"]["all_reduce"]["seconds"] == pytest.approx(30e-6)  # as Gloo ran it
+    # an issue without its span (counts that differ): the spans alone
+    figures = tf.reduce([*events, op("c10d::allreduce_", 90, 1)])
+    assert figures["exposed_comm_s"] == pytest.approx(30e-6) and figures["idle_s"] == pytest.approx(30e-6)
 
 
 def test_on_a_device_the_kernels_compute_and_nccl_kernels_communicate():
