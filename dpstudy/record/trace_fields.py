@@ -19,8 +19,9 @@ TRACE_PARTS = {
         " dispatcher operators but the collectives' and waits.",
     ),
     "exposed_comm_s": field(
-        MAYBE_NUMBER, "A collective in flight (issued, not finished) while the step neither computes nor waits for data: on"
-        " its critical path."
+        MAYBE_NUMBER,
+        "A collective in flight (issued, not finished) while the step neither computes nor waits for data:"
+        " on its critical path.",
     ),
     "idle_s": field(
         MAYBE_NUMBER,

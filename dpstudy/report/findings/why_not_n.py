@@ -115,7 +115,7 @@ def why_not_n(tables: Tables) -> str:
             f"\n\nMeasured: the setting's speedup with its 95 % interval (as above). Collective times from: {sources} "
             "(comm_bench: its bus bandwidth at the gradients' or a unit's size; probe: the cell's own collectives "
             "timed alone). Exposed collectives from: "
-            f"{exposed} (trace: the time a collective was in flight while the step neither computed nor waited for data; "
-            "probe: the step with them minus without)."
+            f"{exposed} (trace: the time a collective was in flight while the step neither computed nor waited "
+            "for data; probe: the step with them minus without)."
         )
     )
