@@ -50,22 +50,11 @@ def capture(trainer, out_dir: str | Path) -> dict | None:
         return None
     mode = trainer.mode
     mine = {"rank": mode.rank, "file": None, "bytes": None, "reason": None}
+    folder = tempfile.mkdtemp(prefix="dpstudy-trace-")
     try:
-        events = traced_steps(trainer, steps)
-    except (OSError, RuntimeError) as error:  # the profiler's export or its start, on this rank
-        mine["reason"] = f"rank {mode.rank}: no trace: {error}"
-        events = None
-    if events is not None:
-        try:
-            mine.update(reduce(events))
-        except ValueError as error:
-            mine["reason"] = f"rank {mode.rank}: {error}"
-        try:
-            relative = f"{FOLDER}/rank{mode.rank}.json.gz"
-            mine["bytes"] = keep(events, Path(out_dir) / relative)
-            mine["file"] = relative
-        except OSError as error:
-            mine["reason"] = mine["reason"] or f"rank {mode.rank}: the trace was not written: {error}"
+        mine.update(reduced_and_kept(trainer, steps, os.path.join(folder, "trace.json"), out_dir))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     ranks = mode.all_gather_objects(mine)
     total = sum(r["bytes"] or 0 for r in ranks)
     if total > MAX_BYTES:  # past the bound: the figures stay, the files go
@@ -77,6 +66,27 @@ def capture(trainer, out_dir: str | Path) -> dict | None:
         why += ": figures only"
         ranks = [{**r, "reason": r["reason"] or why} for r in ranks]
     return summary(steps, ranks)
+
+
+def reduced_and_kept(trainer, steps: int, raw: str, out_dir) -> dict:
+    """This rank's figures, its file and bytes, and why one is missing (`reason`)."""
+    rank = trainer.mode.rank
+    try:
+        events = traced_steps(trainer, steps, raw)
+    except (OSError, RuntimeError) as error:  # the profiler's start or its export
+        return {"reason": f"rank {rank}: no trace: {error}"}
+    found: dict = {}
+    try:
+        found.update(reduce(events))
+    except ValueError as error:
+        found["reason"] = f"rank {rank}: {error}"
+    try:
+        relative = f"{FOLDER}/rank{rank}.json.gz"
+        found["bytes"] = keep(raw, Path(out_dir) / relative)
+        found["file"] = relative
+    except OSError as error:
+        found["reason"] = found.get("reason") or f"rank {rank}: the trace was not written: {error}"
+    return found
 
 
 def summary(steps: int, ranks: list[dict]) -> dict:
@@ -95,9 +105,9 @@ def summary(steps: int, ranks: list[dict]) -> dict:
     }
 
 
-def traced_steps(trainer, steps: int) -> list[dict]:
-    """The Chrome-trace events of `steps` training steps (one untraced step first: the first after
-    evaluation and the probe warms the caches again)."""
+def traced_steps(trainer, steps: int, raw: str) -> list[dict]:
+    """The Chrome-trace events of `steps` training steps, exported to `raw` (one untraced step
+    first: the first after evaluation and the probe warms the caches again)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     mode = trainer.mode
@@ -118,18 +128,13 @@ def traced_steps(trainer, steps: int) -> list[dict]:
                 trainer.step(x, y)
                 mode.synchronize()
     trainer.optimizer.zero_grad(set_to_none=True)
-    folder = tempfile.mkdtemp(prefix="dpstudy-trace-")
-    try:
-        raw = os.path.join(folder, "trace.json")
-        prof.export_chrome_trace(raw)
-        with open(raw) as f:
-            return json.load(f)["traceEvents"]
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    prof.export_chrome_trace(raw)
+    with open(raw) as f:
+        return json.load(f)["traceEvents"]
 
 
-def keep(events: list[dict], path: Path) -> int:
-    """`events` as gzip-compressed Chrome-trace JSON at `path`, written atomically; its bytes."""
-    with atomic_output(path) as tmp, gzip.open(tmp, "wt", compresslevel=6) as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+def keep(raw: str, path: Path) -> int:
+    """The exported trace `raw` gzip-compressed at `path`, written atomically; its bytes."""
+    with open(raw, "rb") as source, atomic_output(path) as tmp, gzip.open(tmp, "wb", compresslevel=3) as f:
+        shutil.copyfileobj(source, f, 2**20)
     return path.stat().st_size

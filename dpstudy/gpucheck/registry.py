@@ -1,4 +1,4 @@
-"""The nine checks of `make gpu-check`, in order: the single source of their names, titles, the
+"""The ten checks of `make gpu-check`, in order: the single source of their names, titles, the
 function that runs each, and every figure each reports with its target (dpstudy.gpucheck.figures:
 how figures read and are judged).
 
@@ -224,6 +224,28 @@ ITEMS: tuple[Item, ...] = (
             Figure("wall_s", "study wall time", "duration"),
         ),
         timeout_s=1800,
+    ),
+    Item(
+        "trace",
+        "a trace of a two-rank Gloo DDP cell sharing one GPU, reduced from its CUDA kernels",
+        "dpstudy.gpucheck.trace:run_trace",
+        (
+            Figure("from_kernels", "compute read from CUDA kernels", "bool", Target("true", text="yes")),
+            Figure(
+                "parts_add_up",
+                "data wait + compute + exposed comm + idle = the step",
+                "bool",
+                Target("true", text="yes"),
+            ),
+            Figure("files_kept", "both ranks' traces kept", "bool", Target("true", text="yes")),
+            Figure("step_ms", "the traced step (median), the pace-setting rank's", "ms"),
+            Figure("compute_ms", "of it, CUDA kernels", "ms"),
+            Figure("exposed_comm_ms", "of it, Gloo's all-reduce on the critical path", "ms"),
+            Figure("overlap", "the all-reduce's share hidden by kernels", "share"),
+            Figure("all_reduce_calls", "all-reduces per step", "count"),
+            Figure("all_reduce_mb", "all-reduced MB per step (the tensors the rank handed Gloo)", "mb"),
+        ),
+        timeout_s=600,
     ),
 )
 

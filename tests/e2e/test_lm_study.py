@@ -41,6 +41,7 @@ STUDY = {
         "batch_scope": "global",
         "loader": "device",
         "seq_len": SEQ_LEN,
+        "trace_steps": 0,  # traces are the default study's and test_train's to check; here, CPU-s
     },
     "bench": {"kernels": False, "comm": False, "floor": True, "floor_seconds": 1},
     "sweeps": [

@@ -2,7 +2,9 @@
 whose answer is known: the partition of a step into data wait, compute, exposed communication and
 idle time; what counts as compute on a CPU and on a device; the collectives' calls and bytes."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -151,7 +153,12 @@ def test_past_the_bound_every_rank_drops_its_file_and_keeps_its_figures(tmp_path
     from dpstudy.engine import tracing
 
     events = ddp_step(0)
-    monkeypatch.setattr(tracing, "traced_steps", lambda trainer, steps: events)
+
+    def traced_steps(trainer, steps, raw):  # as the profiler exports them
+        Path(raw).write_text(json.dumps({"traceEvents": events}))
+        return events
+
+    monkeypatch.setattr(tracing, "traced_steps", traced_steps)
     peer = {**tf.reduce(events), "rank": 1, "file": "trace/rank1.json.gz", "bytes": 400, "reason": None}
     mode = SimpleNamespace(rank=0, all_gather_objects=lambda mine: [mine, dict(peer)])
     trainer = SimpleNamespace(mode=mode, spec={"trace_steps": None, "gpus": 2, "nodes": 1})

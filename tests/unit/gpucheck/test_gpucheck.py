@@ -112,10 +112,12 @@ def test_summary_has_every_figure_with_its_target_and_the_missed_one_fails(recor
         "the same, largest absolute error: ≤ 25 %; settings forecast and checked: ≥ 1",
         "not run",
     ]
-    # lm is in no recorded set: it reads "not run" here (test_gpucheck_lm.py renders its figures)
+    # lm and trace are in no recorded set: they read "not run" here (test_gpucheck_lm.py and
+    # test_gpucheck_trace.py make their figures)
     assert rows[("lm", registry.BY_NAME["lm"].title)][2] == "not run"
+    assert rows[("trace", registry.BY_NAME["trace"].title)][2] == "not run"
     for item in registry.ITEMS:
-        if item.name in ("scaling", "lm"):
+        if item.name in ("scaling", "lm", "trace"):
             continue
         for figure in item.figures:
             measured, target, verdict = rows[(item.name, figure.label)]
@@ -151,8 +153,9 @@ def test_summary_has_every_figure_with_its_target_and_the_missed_one_fails(recor
 
 def test_all_passing_inputs_give_exit_status_0(recorded):
     path, verdicts = summary.write(recorded("h100-all-pass"))
-    # one GPU: scaling does not apply; lm is in no recorded set
-    assert {v.name: v.verdict for v in verdicts if v.verdict != "PASS"} == {"lm": "not run", "scaling": "not run"}
+    # one GPU: scaling does not apply; lm and trace are in no recorded set
+    expected = {"lm": "not run", "scaling": "not run", "trace": "not run"}
+    assert {v.name: v.verdict for v in verdicts if v.verdict != "PASS"} == expected
     assert summary.exit_status(verdicts) == 0
     assert "**Result: PASS**" in path.read_text()
 
@@ -161,8 +164,8 @@ def test_an_item_without_a_raw_file_reads_not_run(recorded):
     out = recorded("h100-all-pass")
     (out / "raw" / "resnet.json").unlink()
     path, verdicts = summary.write(out)
-    # resnet's raw file removed; lm and scaling (one GPU) have none in the recorded set
-    assert [v.verdict for v in verdicts] == [*["PASS"] * 3, "not run", "not run", *["PASS"] * 3, "not run"]
+    # resnet's raw file removed; lm, scaling (one GPU) and trace have none in the recorded set
+    assert [v.verdict for v in verdicts] == [*["PASS"] * 3, "not run", "not run", *["PASS"] * 3, *["not run"] * 2]
     assert summary.exit_status(verdicts) == 0
     (row,) = [r for (item, _), r in _rows(path.read_text()).items() if item == "resnet"]
     assert row[0] == "not run" and row[2] == "not run" and "≥ 40,000 img/s" in row[1]
@@ -193,7 +196,9 @@ def test_summary_is_a_pure_function_of_the_raw_files(recorded):
 
 
 def test_the_items_are_exactly_the_nine_in_order():
-    assert registry.NAMES == ("tests", "study", "loader", "resnet", "lm", "grayscale", "comm", "forecast", "scaling")
+    assert registry.NAMES == (
+        "tests", "study", "loader", "resnet", "lm", "grayscale", "comm", "forecast", "scaling", "trace"
+    )  # fmt: skip
     assert [
         f.target.describe(f.fmt) for i in registry.ITEMS for f in i.figures if f.target and f.target.op != "true"
     ] == [
