@@ -50,19 +50,13 @@ from dpstudy.analysis.keys import SETTING_KEYS
 from dpstudy.analysis.linefit import StepTime
 from dpstudy.analysis.memory_forecast import MemoryLine
 from dpstudy.analysis.strategies import STRATEGY_KEYS
+from dpstudy.util.busfactors import bus_factor
 
 BATCH_KEYS = ("batch", "global_batch", "devices")
 # compile stays in the forecast group though the strategies table counts it a strategy key: a compiled
 # step is not an eager one, so each calibrates only on cells of its own kind
 FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k == "compile" or k not in (*STRATEGY_KEYS, *BATCH_KEYS))
 Z95 = 1.96
-# The bytes each collective moves per rank over the ring, as a share of its total size S
-# (nccl-tests' bus factors): what a fit at m ranks carries to n ranks.
-BUS_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-}
 # Per scheme, its collectives per step: (collective, the layout's message count, its bytes)
 MESSAGES = {
     "ddp": (("all_reduce", "buckets", "grad_bytes"),),
@@ -96,10 +90,10 @@ def collective_time(
     m, each = int(near["world_size"]), nbytes / max(messages, 1)
     if m == n:
         return messages * predicted_time(near, each), not near["min_bytes"] <= each <= near["max_bytes"]
-    factor = BUS_FACTOR[collective]
+    # the ring's bytes per rank (the bus factor) carry a fit at m ranks to n ranks
     per_hop = near["latency_s"] / max(m - 1, 1)
-    busbw = near["bandwidth_gbps"] * 1e9 * factor(m)
-    return messages * (per_hop * (n - 1) + each * factor(n) / busbw), True
+    busbw = near["bandwidth_gbps"] * 1e9 * bus_factor(collective, m)
+    return messages * (per_hop * (n - 1) + each * bus_factor(collective, n) / busbw), True
 
 
 def layout_of(multi: pd.DataFrame) -> dict[str, float]:

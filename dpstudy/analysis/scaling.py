@@ -39,6 +39,7 @@ import pandas as pd
 from dpstudy.analysis import stats
 from dpstudy.analysis.baseline import Baselines
 from dpstudy.analysis.keys import SETTING_KEYS
+from dpstudy.util.busfactors import bus_factor
 
 LOSSES = {
     "loss_data_s": "waiting for data",
@@ -118,7 +119,8 @@ def sync_times(cell: pd.Series, comm: pd.DataFrame | None) -> tuple[float, float
     if cell["mode"] == "ddp":
         probed = float(cell["allreduce_s"]) if pd.notna(cell["allreduce_s"]) else math.nan
         nbytes = cell["grad_bytes"]
-        bench = None if pd.isna(nbytes) else collective_time(comm, cell, "all_reduce", float(nbytes), 2 * (n - 1) / n)
+        factor = bus_factor("all_reduce", n)
+        bench = None if pd.isna(nbytes) else collective_time(comm, cell, "all_reduce", float(nbytes), factor)
     elif cell["mode"] == "fsdp" and cell["shard"] != "hybrid":  # HSDP's two levels: not modelled
         passes = 2 if cell["shard"] == "full" else 1
         parts = [cell[k] for k in ("allgather_s", "reduce_scatter_s", "gather_bytes", "grad_bytes", "units")]
@@ -126,8 +128,8 @@ def sync_times(cell: pd.Series, comm: pd.DataFrame | None) -> tuple[float, float
             return (math.nan, math.nan, "none")
         gather_s, scatter_s, gather_bytes, grad_bytes, units = (float(p) for p in parts)
         probed = passes * gather_s + scatter_s
-        gather = collective_time(comm, cell, "all_gather", gather_bytes, (n - 1) / n, int(units))
-        scatter = collective_time(comm, cell, "reduce_scatter", grad_bytes, (n - 1) / n, int(units))
+        gather = collective_time(comm, cell, "all_gather", gather_bytes, bus_factor("all_gather", n), int(units))
+        scatter = collective_time(comm, cell, "reduce_scatter", grad_bytes, bus_factor("reduce_scatter", n), int(units))
         bench = passes * gather + scatter if gather is not None and scatter is not None else None
     else:
         return (math.nan, math.nan, "none")

@@ -44,6 +44,7 @@ import torch.multiprocessing as mp
 
 from dpstudy.engine.cores import pin_to_cores, threads_per_process
 from dpstudy.engine.modes.distributed import destroy_process_group
+from dpstudy.util.busfactors import bus_factor
 
 COLUMNS = [
     "collective",
@@ -71,12 +72,6 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 # The single-tensor forms; torch >= 2.10 names them *_single and deprecates the *_tensor names.
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def bus_factor(collective: str, world_size: int) -> float:
-    """busbw / algbw (nccl-tests): 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter."""
-    n = world_size
-    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}[collective]
 
 
 def size_label(n: int) -> str:

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from helpers.bench import assert_kernel_rows
 
 import dpstudy.ext
-from dpstudy.analysis import scaling
+from dpstudy.analysis import forecast, scaling
 from dpstudy.ext import reference
 from dpstudy.microbench import comm, kernels
 from dpstudy.microbench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
+from dpstudy.util.busfactors import bus_factor
 
 CUDA = torch.cuda.is_available()
 
@@ -137,9 +138,11 @@ def test_comm_a_wrong_result_reports_no_bandwidth(tmp_path, monkeypatch):
 
 
 def test_comm_bus_factors_and_sizes():
-    assert comm.bus_factor("all_reduce", 2) == 1.0 and comm.bus_factor("all_reduce", 4) == 1.5
-    assert comm.bus_factor("all_gather", 4) == comm.bus_factor("reduce_scatter", 4) == 0.75
-    assert comm.bus_factor("all_gather", 1) == 0.0
+    assert bus_factor("all_reduce", 2) == 1.0 and bus_factor("all_reduce", 4) == 1.5
+    assert bus_factor("all_gather", 4) == bus_factor("reduce_scatter", 4) == 0.75
+    assert bus_factor("all_gather", 1) == 0.0
+    # one definition: comm_bench's busbw and the models' ring use the same function
+    assert comm.bus_factor is forecast.bus_factor is scaling.bus_factor is bus_factor
 
 
 def test_bus_bandwidth_per_collective_and_from_an_old_comm_csv():
@@ -181,7 +184,7 @@ def comm_rows(world: int) -> pd.DataFrame:
     skipped = pd.DataFrame([{"collective": "all_reduce", "backend": "nccl", "device": "cuda", "bytes": 4096}])
     df = pd.concat([ran, skipped.assign(reason="no CUDA device")], ignore_index=True).reindex(columns=comm.COLUMNS)
     df["world_size"], df["size"] = world, df["bytes"].map(comm.size_label)
-    df["busbw_gbps"] = df.bytes / df.median_s / 1e9 * df.collective.map(lambda c: comm.bus_factor(c, world))
+    df["busbw_gbps"] = df.bytes / df.median_s / 1e9 * df.collective.map(lambda c: bus_factor(c, world))
     return df
 
 
