@@ -74,7 +74,7 @@ def accuracy(lr: float, batch: int, rng: random.Random) -> float:
 
 
 def probe(mode: str, batch: int) -> dict | None:
-    """The scaling model's parts of a step (dpstudy.engine.probe) for DP and DDP cells."""
+    """The step model's parts of a step (dpstudy.engine.probe) for DP and DDP cells."""
     step = 0.004 + batch / 60000
     if mode == "ddp":
         return {

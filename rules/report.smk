@@ -14,7 +14,7 @@ onstart:
 rule collect:
     input:
         records=STUDY.records,
-        # the all-reduce bandwidth of the scaling model, when the study measures it
+        # comm_bench's table, whose fits price the step model's collectives, when the study measures it
         comm=STUDY.comm_files,
         # every cell's predicted memory, beside what the records measured
         plan=outputs.MEMORY_PLAN,

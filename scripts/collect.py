@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records", nargs="*", default=[], help="record.json paths")
     parser.add_argument("--records-from", type=Path, help="a file listing record paths, one per line")
     parser.add_argument("--out-dir", type=Path, required=True, help="folder of the tables")
-    parser.add_argument("--comm", type=Path, help="comm_bench's comm.csv, for the scaling model (optional)")
+    parser.add_argument("--comm", type=Path, help="comm_bench's comm.csv, for the step model (optional)")
     parser.add_argument("--memory-plan", type=Path, help="the memory plan CSV, predicted beside measured (optional)")
     parser.add_argument("--floor", nargs="*", default=[], help="the machine's floor runs (results/floor/r*.json)")
     parser.add_argument(

@@ -1,5 +1,5 @@
 """The one rule for a cell's single-device baseline, used by the cells table (per-repeat speedup),
-the settings table (the speedup's interval) and the scaling model alike.
+the settings table (the speedup's interval) and the step model alike.
 
 The baseline of a cell is the set of finished single-device cells (mode single, one device of one
 node) whose every spec key equals the cell's, except mode, gpus, nodes, backend, data_root,

@@ -69,10 +69,11 @@ def summarise(
     budget_gib: float | None = None,
 ) -> dict[str, pd.DataFrame]:
     """`tables` plus "settings" (repeats as medians and 95 % intervals, dpstudy.analysis.stats),
-    "scaling" (the why-not-N-x model per cell, dpstudy.analysis.scaling; `comm` is comm_bench's
-    table or None) and "scaling_settings" (the model per setting); "comparisons" (settings against
-    settings, dpstudy.analysis.comparisons); "strategies" (each workload's strategies ranked,
-    dpstudy.analysis.strategies, with the forecast ones beside them, strategy_forecasts);
+    "scaling" (the step model's why-not-N-x breakdown per cell, dpstudy.analysis.scaling; `comm` is
+    comm_bench's table or None, fitted per collective) and "scaling_settings" (the model per setting);
+    "comparisons" (settings against settings, dpstudy.analysis.comparisons); "strategies" (each
+    workload's strategies ranked, dpstudy.analysis.strategies, with the forecast ones beside them,
+    strategy_forecasts);
     "summary", "data_wait", "memory" and "util_means" (dpstudy.analysis.summary);
     "memory_accuracy" and "memory_spread" (dpstudy.analysis.memory);
     "varied" and "pivot" (the overview's numbers, dpstudy.analysis.pivots); "floor", the machine's
@@ -85,12 +86,15 @@ def summarise(
     floor = machine_floor.floor_table([]) if floor is None else floor
     cells, epochs = utilisation.with_utilisation(tables["cells"], floor), tables["epochs"]
     settings = utilisation.settings_with_utilisation(stats.settings_table(cells), cells)
-    model = scaling.model(cells, epochs, comm)
-    model_by_setting = scaling.settings_model(model, settings)
     fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
-    forecasts = forecast_table.forecasts(settings, cells, fits, requests or [], tables["memory_split"], budget_gib)
+    model = scaling.model(cells, epochs, settings, fits)
+    model_by_setting = scaling.settings_model(model, settings)
+    forecasts = forecast_table.forecasts(
+        settings, cells, fits, requests or [], tables["memory_split"], budget_gib, epochs
+    )
     forecasts = utilisation.forecasts_in_tokens(forecasts, cells)
-    ranked = strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"])
+    held_out = forecast_table.held_out_by_setting(forecasts, settings)
+    ranked = strategies.strategies_table(cells, settings, model_by_setting, tables["memory_split"], held_out)
     return {
         **tables,
         "cells": cells,

@@ -18,8 +18,11 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis import capacity
-from dpstudy.analysis.forecast import FORECAST_GROUP, MESSAGES, Calibration, interval, scheme_of
+from dpstudy.analysis.baseline import baseline_key
+from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval
 from dpstudy.analysis.memory_forecast import held_memory, outside_tracker, setting_memory
+from dpstudy.analysis.step_inputs import cell_parts, setting_parts
+from dpstudy.analysis.step_model import MESSAGES, scheme_of
 
 COLUMNS = (
     *FORECAST_GROUP,
@@ -47,34 +50,44 @@ COLUMNS = (
     "capacity_mb",
     "fits",
 )
-PROBES = ("sync_step_s", "nosync_step_s", "grad_bytes")  # the probe's fields a forecast needs
-# and those it reads where recorded (older probes lack them): the layout, the interleaved exposed time
-OPTIONAL = ("buckets", "units", "gather_bytes", "exposed_s")
+PROBES = ("grad_bytes",)  # what a forecast needs of a setting's probe beyond its exposed communication
+# and what it reads where recorded (older probes lack them): the layout
+OPTIONAL = ("buckets", "units", "gather_bytes")
 
 
 def calibration_inputs(
-    settings: pd.DataFrame, cells: pd.DataFrame, split: pd.DataFrame | None = None
+    settings: pd.DataFrame,
+    cells: pd.DataFrame,
+    split: pd.DataFrame | None = None,
+    epochs: pd.DataFrame | None = None,
+    schemes=tuple(MESSAGES),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(single-device settings, DDP and FSDP settings over 2+ ranks with their `scheme`
-    (forecast.scheme_of) and the medians of their cells' probes), both with `memory_mb`, the
-    tracker's peak, `outside_mb`, what a CUDA allocator held beyond it, and `held_mb`, their sum
-    (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN
-    without it)."""
+    """(single-device settings, settings over 2+ ranks of `schemes` with their `scheme`
+    (step_model.scheme_of), the medians of their cells' probes and the step model's parts
+    (dpstudy.analysis.step_inputs.setting_parts: exposed communication from the probes or the traces
+    as step_inputs.EXPOSED_FROM orders them, waiting for data per step from `epochs`, none without
+    them)). Both carry `memory_mb`,
+    the tracker's peak, `outside_mb`, what a CUDA allocator held beyond it, and `held_mb`, their sum
+    (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN without
+    it). A setting without a measured exposed communication (DP excepted) does not calibrate."""
     settings = settings.assign(
         memory_mb=setting_memory(settings, split),
         outside_mb=outside_tracker(settings, split),
         held_mb=held_memory(settings, split),
     )
+    settings = setting_parts(settings, cell_parts(cells, epochs))
     single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
-    multi = settings[settings["mode"].isin(["ddp", "fsdp"]) & (settings["devices"] > 1)].copy()
+    multi = settings[settings["mode"].isin(["ddp", "fsdp", "dp"]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
     multi["scheme"] = [scheme_of(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
-    multi = multi[multi["scheme"].isin(MESSAGES)]  # fsdp hybrid: no model of its collectives
+    multi = multi[multi["scheme"].isin(schemes) & multi["exposed_step_s"].notna() & multi["transfers_s"].notna()]
     columns = [c for c in (*PROBES, *OPTIONAL) if c in cells]
     probes = cells.set_index("cell")[columns]
     for column in columns:  # the setting's `cells`: its finished repeats, space-separated
         multi[column] = [probes.loc[ids.split(), column].median() for ids in multi["cells"]]
-    return single, multi[multi[list(PROBES)].notna().all(axis=1)]
+    # a priced scheme needs its gradients' bytes to price its collectives
+    probed = multi[list(PROBES)].notna().all(axis=1) if set(PROBES) <= set(columns) else False
+    return single, multi[~multi["scheme"].isin(MESSAGES) | probed]
 
 
 def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
@@ -87,12 +100,16 @@ def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
 
 
 def leave_one_out(
-    settings: pd.DataFrame, cells: pd.DataFrame, fits: pd.DataFrame, split: pd.DataFrame | None = None
+    settings: pd.DataFrame,
+    cells: pd.DataFrame,
+    fits: pd.DataFrame,
+    split: pd.DataFrame | None = None,
+    epochs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The table's measured rows: every DDP and FSDP setting over 2+ ranks forecast from the
     forecast group's other settings (its own never read), beside what it measured (and `noise_cv`, its
     own, which the interval cannot beat). A setting no other calibrates is left out."""
-    return held_out_rows(*calibration_inputs(settings, cells, split), fits)
+    return held_out_rows(*calibration_inputs(settings, cells, split, epochs), fits)
 
 
 def held_out_rows(single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
@@ -215,10 +232,12 @@ def forecasts(
     requests: list[dict],
     split: pd.DataFrame | None = None,
     budget_gib: float | None = None,
+    epochs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The `forecasts` table: leave_one_out's rows, then the requested forecasts, each with
-    whether it fits (dpstudy.analysis.capacity; `budget_gib`: the study's memory_budget_gib)."""
-    single, multi = calibration_inputs(settings, cells, split)
+    whether it fits (dpstudy.analysis.capacity; `budget_gib`: the study's memory_budget_gib;
+    `epochs`: the epochs table, whose data wait the model separates)."""
+    single, multi = calibration_inputs(settings, cells, split, epochs)
     held_out = held_out_rows(single, multi, fits)
     if held_out.empty:  # nothing held out to check the model on: the settings' own noise alone
         sigma = (model_sigma(pd.Series(dtype=float), settings.get("noise_cv")), math.nan)
@@ -228,3 +247,21 @@ def forecasts(
     frames = [frame for frame in (held_out[list(COLUMNS)], forecasts) if not frame.empty]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))
     return capacity.with_fit(table, split, budget_gib)[list(COLUMNS)]
+
+
+def held_out_by_setting(forecasts: pd.DataFrame, settings: pd.DataFrame) -> pd.Series:
+    """The leave-one-out forecast's throughput of every setting that has one, by its number in the
+    settings table (what the strategies table ranks by: the model that never read the setting)."""
+    held = forecasts[forecasts["source"] == "leave-one-out"] if "source" in forecasts else forecasts.iloc[0:0]
+    if held.empty or settings.empty:
+        return pd.Series(dtype=float)
+    keys = [*FORECAST_GROUP, "mode", "shard", "backend", "devices", "global_batch"]
+    keys = [k for k in keys if k in settings and k in held]
+    # keys as baseline.baseline_key makes them: a missing value matches a missing one, 64 matches 64.0
+    made = {baseline_key(r[k] for k in keys): r["predicted_samples_per_s"] for r in held.to_dict("records")}
+    found = {
+        int(row["setting"]): float(made[key])
+        for row in settings.to_dict("records")
+        if (key := baseline_key(row[k] for k in keys)) in made
+    }
+    return pd.Series(found, dtype=float)

@@ -42,10 +42,11 @@ import pandas as pd
 
 from dpstudy.analysis import stats
 from dpstudy.analysis.capacity import measured
-from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval, scheme_of
+from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval
 from dpstudy.analysis.forecast_table import calibration_inputs, group_of, held_out_rows, model_sigma, sigmas
 from dpstudy.analysis.linefit import line_fit
 from dpstudy.analysis.memory_forecast import MemoryLine, held_memory
+from dpstudy.analysis.step_model import scheme_of
 from dpstudy.analysis.strategies import STRATEGY_KEYS, WORKLOAD_KEYS, with_device_kind
 from dpstudy.study.budget import FRAGMENTATION, GIB, need_of
 
@@ -58,8 +59,8 @@ COLUMNS = (
     *("source", "reason", "setting", "basis", *METRICS, "rank", "fastest", "lead_claim"),
 )
 UNMODELLED = {  # schemes neither the memory model nor the throughput model has
-    "dp": "the forecast model has no DP (its scatter, replicate and gather)",
-    "fsdp hybrid": "the forecast model has no HSDP (its two-level collectives)",
+    "dp": "the step model prices no DP (its scatter, replicate and gather)",
+    "fsdp hybrid": "the step model prices no HSDP (its two-level collectives)",
 }
 
 
@@ -180,7 +181,7 @@ class Forecaster:
         elif scheme in UNMODELLED:
             return none(f"not forecast: {UNMODELLED[scheme]}")
         elif strategy["nodes"] > 1:
-            return none("not forecast: the forecast model prices ranks on one host")
+            return none("not forecast: the step model prices ranks on one host")
         else:
             try:  # no setting of its kind over its backend, no collective's fit: the model says which
                 model = Calibration(singles, group_of(self.multi, key), self.fits)

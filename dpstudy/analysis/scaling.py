@@ -1,32 +1,22 @@
-"""Why not N x: a model of a multi-device cell's epoch, built from parts measured elsewhere.
+"""Why not n x: the step model's breakdown (dpstudy.analysis.step_model) of every finished
+multi-device cell, against the ideal of its single-device baseline's step split n ways.
 
-For a finished multi-device cell on n devices and its single-device baseline b (the same
-settings at the same global batch), per steady epoch (medians over epochs >= 2, then over repeats):
+Per cell on n devices at global batch B (per-device b = B / n), in seconds per step, from its steady
+epochs (medians over epochs >= 2; dpstudy.analysis.step_inputs) and its forecast group's calibration
+(dpstudy.analysis.forecast.Calibration over every setting of the group, the cell's own among them):
 
-  ideal        T_b / n                  n devices splitting b's epoch perfectly
-  compute      compute_b / n            b's compute time, split n ways
-  data wait    wait                     the cell's own waiting for data
-  sync         steps x t_sync x (1 - overlap), the collectives that keep the ranks in step:
-               DDP: t_sync = the all-reduce of the gradients, their bytes x 2(n-1)/n over the bus
-               bandwidth comm_bench measured for the same backend, device and world size (else
-               the probe's all-reduce alone); overlap: 1 - (step with the all-reduce - step under
-               no_sync) / the probe's all-reduce.
-               FSDP: t_sync = the parameters' all-gather before forward (again before backward
-               when shard is full) and the gradients' reduce-scatter, each its bytes x (n-1)/n
-               over comm_bench's all-gather or reduce-scatter bus bandwidth at the mean unit's
-               size (else the probe's collectives alone); overlap: 1 - (step as FSDP runs it -
-               the same step on an unsharded replica) / the probe's collectives.
-  DP           steps x (scatter + replicate + gather)         (the probe of a dp cell)
-  predicted    compute + data wait + sync + DP;  predicted speedup = T_b / predicted
+  step_s       measured: the epoch's wall / its steps
+  ideal_s      the baseline's step (the same settings on one device, dpstudy.analysis.baseline) / n
+  the model    t1_s + sharing_s + fixed_s + exposed_s + data_s + transfers_s = predicted_s, where
+               exposed_s, data_s and transfers_s are the cell's own, measured (its trace or its probe,
+               step_inputs.EXPOSED_FROM: exposed_source), and t1_s, sharing_s, fixed_s the calibration's
+  residual_s   step_s - predicted_s: what the model does not explain, never spread over its parts
 
-The losses against ideal name what keeps a cell from n x, measured where the probe can: extra data
-wait (wait - wait_b / n), the collectives the step did not hide (steps x the trace's exposed
-communication where the cell has a trace, dpstudy.engine.trace_figures; else steps x (the probe's
-step with them - step without), where DDP's bucketing and FSDP's copies beyond the bare collectives
-also show; `exposed_source` says which), DP's
-transfers, per-device compute (steps x the step under no_sync - compute_b / n: steps that do not
-shrink n-fold, ranks sharing cores or memory bandwidth), and the rest (optimizer steps, the
-loop's own overhead): T - ideal - the four.
+The losses against the ideal add up to step_s - ideal_s exactly: per-device compute (t1(b) - t1(B) / n:
+a step at 1/n of the batch costs more than 1/n of the step, by the fixed costs every rank pays), the
+host's share, the strategy's fixed cost, the exposed collectives, the extra waiting for data (data_s -
+the baseline's / n), DP's transfers, and the residual. comm_s is what the collectives cost alone by
+their comm_fit lines, overlap = 1 - exposed_s / comm_s (below 0: slower beside compute than alone).
 """
 
 from __future__ import annotations
@@ -37,32 +27,36 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis import stats
-from dpstudy.analysis.baseline import Baselines
+from dpstudy.analysis.baseline import Baselines, baseline_key
+from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration
+from dpstudy.analysis.forecast_table import calibration_inputs, group_of
 from dpstudy.analysis.keys import SETTING_KEYS
-from dpstudy.util.busfactors import bus_factor
+from dpstudy.analysis.step_inputs import cell_parts
+from dpstudy.analysis.step_model import MESSAGES, scheme_of
 
+SCHEMES = (*MESSAGES, "fsdp hybrid", "dp")
 LOSSES = {
-    "loss_data_s": "waiting for data",
+    "loss_compute_s": "per-device compute (a step at 1/n of the batch costs more than 1/n: costs every rank pays)",
+    "loss_sharing_s": "ranks sharing a host, slowing each other's steps",
+    "loss_fixed_s": "what the strategy adds to every step (DDP's hooks and copies, FSDP's unshard and reshard)",
     "loss_sync_s": "collectives (all-reduce, all-gather, reduce-scatter) the step did not hide",
+    "loss_data_s": "waiting for data",
     "loss_dp_s": "DP scatter/replicate/gather",
-    "loss_compute_s": "per-device compute (it does not shrink n-fold: smaller steps, shared cores)",
-    "loss_other_s": "everything else (optimizer steps, synchronisation, start of each step)",
+    "residual_s": "the rest, which the model does not explain",
 }
+PARTS = ("t1_s", "sharing_s", "fixed_s", "exposed_s", "data_s", "transfers_s")
 COLUMNS = (
     "cell",
     *SETTING_KEYS,
     "n",
-    "steps",
-    "measured_s",
+    "scheme",
+    "step_s",
     "ideal_s",
-    "compute_s",
-    "data_wait_s",
-    "sync_s",
-    "sync_source",
-    "exposed_source",
-    "overlap",
-    "dp_s",
+    *PARTS,
     "predicted_s",
+    "comm_s",
+    "overlap",
+    "exposed_source",
     "measured_speedup",
     "predicted_speedup",
     *LOSSES,
@@ -71,144 +65,90 @@ COLUMNS = (
 )
 
 
-def epoch_medians(epochs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: median wall, compute, data wait and samples over its steady epochs. The steps that
-    compiled a graph (compile: true) are not training work: their seconds leave wall and compute,
-    as they leave the throughput's steady window."""
-    steady = epochs[~epochs["warmup"].astype(bool)]
-    compiling = steady["compile_s"].fillna(0.0) if "compile_s" in steady else 0.0
-    steady = steady.assign(wall_s=steady["wall_s"] - compiling, compute_s=steady["compute_s"] - compiling)
-    return steady.groupby("cell")[["wall_s", "compute_s", "data_wait_s", "samples"]].median()
+def calibrations(settings: pd.DataFrame, cells: pd.DataFrame, epochs: pd.DataFrame, fits: pd.DataFrame) -> dict:
+    """Per forecast group (its values as baseline.baseline_key makes them, missing ones None): its
+    Calibration over every one of its settings, DP and HSDP included."""
+    single, multi = calibration_inputs(settings, cells, None, epochs, SCHEMES)
+    out = {}
+    for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
+        singles = group_of(single, key)
+        if not singles.empty:
+            out[baseline_key(key)] = Calibration(singles, own, fits)
+    return out
 
 
-def bus_bandwidth(
-    comm: pd.DataFrame | None, backend: str, device: str, world: int, nbytes: float, collective: str = "all_reduce"
-) -> float | None:
-    """comm_bench's bus bandwidth (GB/s) of `collective` at `nbytes` (the total size S, as
-    dpstudy.microbench.comm defines it), interpolated in log size; None without a row. Rows without a
-    `collective` (a comm.csv from before the column) are all_reduce."""
-    if comm is None or comm.empty:
-        return None
-    kind = comm["collective"].fillna("all_reduce") if "collective" in comm else "all_reduce"
-    rows = comm[
-        (kind == collective)
-        & (comm["backend"] == backend)
-        & (comm["device"] == device)
-        & (comm["world_size"] == world)
-        & comm["reason"].isna()
-        & comm["busbw_gbps"].notna()
-    ].sort_values("bytes")
-    if rows.empty:
-        return None
-    return float(np.interp(math.log(nbytes), np.log(rows["bytes"].astype(float)), rows["busbw_gbps"]))
-
-
-def collective_time(
-    comm: pd.DataFrame | None, cell: pd.Series, collective: str, nbytes: float, factor: float, per: int = 1
-) -> float | None:
-    """Seconds of `collective` moving `nbytes` in `per` equal calls at comm_bench's bus bandwidth
-    (bytes x factor / busbw, nccl-tests' definition); None without a comm_bench row."""
-    busbw = bus_bandwidth(comm, cell["backend"], cell["env_device"], int(cell["devices"]), nbytes / per, collective)
-    return nbytes * factor / (busbw * 1e9) if busbw else None
-
-
-def sync_times(cell: pd.Series, comm: pd.DataFrame | None) -> tuple[float, float, str]:
-    """(seconds per step of the collectives that keep the ranks in step, the same from the probe
-    alone, where the first number comes from): see the module's docstring."""
-    n = int(cell["devices"])
-    if cell["mode"] == "ddp":
-        probed = float(cell["allreduce_s"]) if pd.notna(cell["allreduce_s"]) else math.nan
-        nbytes = cell["grad_bytes"]
-        factor = bus_factor("all_reduce", n)
-        bench = None if pd.isna(nbytes) else collective_time(comm, cell, "all_reduce", float(nbytes), factor)
-    elif cell["mode"] == "fsdp" and cell["shard"] != "hybrid":  # HSDP's two levels: not modelled
-        passes = 2 if cell["shard"] == "full" else 1
-        parts = [cell[k] for k in ("allgather_s", "reduce_scatter_s", "gather_bytes", "grad_bytes", "units")]
-        if any(pd.isna(p) for p in parts):
-            return (math.nan, math.nan, "none")
-        gather_s, scatter_s, gather_bytes, grad_bytes, units = (float(p) for p in parts)
-        probed = passes * gather_s + scatter_s
-        gather = collective_time(comm, cell, "all_gather", gather_bytes, bus_factor("all_gather", n), int(units))
-        scatter = collective_time(comm, cell, "reduce_scatter", grad_bytes, bus_factor("reduce_scatter", n), int(units))
-        bench = passes * gather + scatter if gather is not None and scatter is not None else None
-    else:
-        return (math.nan, math.nan, "none")
-    if bench is not None:
-        return (bench, probed, "comm_bench")
-    return (probed, probed, "probe") if not math.isnan(probed) else (math.nan, math.nan, "none")
-
-
-def model_cell(cell: pd.Series, part: pd.Series, base: pd.Series, comm: pd.DataFrame | None) -> dict:
-    """The model of one cell; a part that was not measured is NaN and counts as 0 in the sums."""
-    n = int(cell["devices"])
-    steps = math.ceil(part["samples"] / n / (cell["global_batch"] / n))
-    exposed = cell["sync_step_s"] - cell["nosync_step_s"]
-    t_sync, probed, source = sync_times(cell, comm)
-    overlap = float(np.clip(1 - exposed / probed, 0, 1)) if probed > 0 else math.nan
-    sync_s = steps * t_sync * (1 - (0.0 if math.isnan(overlap) else overlap))
-    dp = math.nan
-    transfers = [cell[k] for k in ("scatter_s", "replicate_s", "gather_s")]
-    if cell["mode"] == "dp" and not any(pd.isna(t) for t in transfers):
-        dp = steps * sum(transfers)
-    compute, wait = base["compute_s"] / n, part["data_wait_s"]
-    predicted = compute + wait + np.nansum([sync_s, dp])
-    ideal, measured = base["wall_s"] / n, part["wall_s"]
-    # Measured: the collectives' time the step left exposed, read from the cell's trace where it
-    # has one (dpstudy.engine.trace_figures), else the probe's step with them minus without; and the
-    # forward and backward without them against b's compute split n ways. Else the model's term.
-    traced = cell.get("trace_exposed_comm_s", math.nan)
-    if pd.notna(traced):
-        sync, exposed_source = steps * traced, "trace"
-    elif pd.notna(exposed):
-        sync, exposed_source = steps * exposed, "probe"
-    else:
-        sync, exposed_source = sync_s, "model"
-    per_device = steps * cell["nosync_step_s"] - compute if pd.notna(cell["nosync_step_s"]) else math.nan
+def breakdown(cell: pd.Series, own: pd.Series, base: pd.Series, model: Calibration | None) -> dict:
+    """One cell's row (see the module's docstring): `own` and `base` its and its baseline's parts."""
+    n, scheme = int(cell["devices"]), scheme_of(cell["mode"], cell.get("shard"))
+    b = cell["global_batch"] / n
+    cal = model.calibrated.get((scheme, cell["backend"], n)) if model else None
+    parts = dict.fromkeys(("t1_s", "sharing_s", "fixed_s"), math.nan)
+    comm = math.nan
+    if cal is not None:
+        parts = {"t1_s": model.t1(b), "sharing_s": (cal["share"] - 1) * model.t1(b), "fixed_s": cal["fixed_s"]}
+        try:
+            comm = model.comm(scheme, cell["backend"], cell["env_device"], n)[0]
+        except LookupError:  # no fit, or DP and HSDP, whose collectives the model does not price
+            pass
+    dp = cell["mode"] == "dp"
+    parts["exposed_s"] = 0.0 if dp else own["exposed_step_s"]
+    parts["data_s"] = own["data_step_s"]
+    parts["transfers_s"] = own["transfers_s"] if dp else 0.0
+    predicted = sum(parts.values())  # NaN when any part is unknown
+    base_t1 = base["step_s"] - base["data_step_s"]
+    ideal = base["step_s"] / n
     losses = {
-        "loss_data_s": wait - base["data_wait_s"] / n,
-        "loss_sync_s": sync,
-        "loss_dp_s": dp,
-        "loss_compute_s": per_device,
+        "loss_compute_s": parts["t1_s"] - base_t1 / n,
+        "loss_sharing_s": parts["sharing_s"],
+        "loss_fixed_s": parts["fixed_s"],
+        "loss_sync_s": parts["exposed_s"],
+        "loss_data_s": parts["data_s"] - base["data_step_s"] / n,
+        "loss_dp_s": parts["transfers_s"] if dp else math.nan,
+        "residual_s": own["step_s"] - predicted,
     }
-    losses["loss_other_s"] = measured - ideal - np.nansum(list(losses.values()))
     known = {k: v for k, v in losses.items() if pd.notna(v)}
     return {
         "cell": cell["cell"],
         **{k: cell[k] for k in SETTING_KEYS},
         "n": n,
-        "steps": steps,
-        "measured_s": measured,
+        "scheme": scheme,
+        "step_s": own["step_s"],
         "ideal_s": ideal,
-        "compute_s": compute,
-        "data_wait_s": wait,
-        "sync_s": sync_s,
-        "sync_source": source,
-        "exposed_source": exposed_source,
-        "overlap": overlap,
-        "dp_s": dp,
+        **parts,
         "predicted_s": predicted,
+        "comm_s": comm,
+        "overlap": 1 - parts["exposed_s"] / comm if comm > 0 else math.nan,
+        "exposed_source": "none" if dp else own["exposed_source"],
         "measured_speedup": cell["speedup"],
-        "predicted_speedup": base["wall_s"] / predicted * part["samples"] / base["samples"],
+        "predicted_speedup": base["step_s"] / predicted,
         **losses,
-        "largest": LOSSES[max(known, key=known.get)],
+        "largest": LOSSES[max(known, key=known.get)] if known else None,
     }
 
 
-def model(cells: pd.DataFrame, epochs: pd.DataFrame, comm: pd.DataFrame | None = None) -> pd.DataFrame:
+def model(
+    cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per finished multi-device cell that has a finished baseline (see the docstring)."""
-    parts = epoch_medians(epochs)
+    fits = fits if fits is not None else pd.DataFrame(columns=["collective", "backend", "device", "world_size"])
+    parts = cell_parts(cells, epochs)
     ok = cells[cells["status"] == "ok"]
-    multi = ok[(ok["devices"] > 1) & ok["cell"].isin(parts.index)]
-    # the baseline repeats whose epochs give the compute and data-wait parts
-    baselines = Baselines(cells[cells["cell"].isin(parts.index)].join(parts, on="cell"))
+    timed = parts.index[parts["step_s"].notna()]
+    multi = ok[(ok["devices"] > 1) & ok["cell"].isin(timed)]
+    if multi.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    models = calibrations(settings, cells, epochs, fits)
+    baselines = Baselines(cells[cells["cell"].isin(timed)])
     rows = []
     for _, cell in multi.iterrows():
         base = baselines.of(cell)
-        if not base.empty:
-            parts_of_base = base[["wall_s", "compute_s", "data_wait_s", "samples"]].median()
-            row = model_cell(cell, parts.loc[cell["cell"]], parts_of_base, comm)
-            row["base_sd_s"] = base["wall_s"].std(ddof=1)  # NaN for one baseline run
-            rows.append(row)
+        if base.empty:
+            continue
+        base_parts = parts.loc[base["cell"], ["step_s", "data_step_s"]].median()
+        found = models.get(baseline_key(cell[k] for k in FORECAST_GROUP))
+        row = breakdown(cell, parts.loc[cell["cell"]], base_parts, found)
+        row["base_sd_s"] = base["cell"].map(parts["step_s"]).std(ddof=1)  # NaN for one baseline run
+        rows.append(row)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -216,15 +156,16 @@ def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     """Repeats of a setting folded into medians, `largest` recomputed from the median losses.
 
     The measured speedup is THE setting's speedup with its interval, from the settings table
-    (dpstudy.analysis.stats), not a median of the repeats' ratios. `noise_s` is how much the measured epoch
+    (dpstudy.analysis.stats), not a median of the repeats' ratios. `noise_s` is how much the measured step
     varies between repeats (standard deviation, the baseline's share added in quadrature): a loss
     smaller than that, negative ones included, is measurement noise."""
     if table.empty:
         return table.assign(measured_speedup_low=[], measured_speedup_high=[], noise_s=[])
-    numeric = [c for c in COLUMNS if c not in ("cell", "sync_source", "exposed_source", "largest", *SETTING_KEYS)]
+    text = ("cell", "scheme", "exposed_source", "largest", *SETTING_KEYS)
+    numeric = [c for c in COLUMNS if c not in text]
     grouped = table.groupby(SETTING_KEYS, dropna=False, sort=True)
-    out = grouped[numeric].median().join(grouped[["sync_source", "exposed_source"]].first())
-    spread = grouped["measured_s"].std(ddof=1).rename("cell_sd")
+    out = grouped[numeric].median().join(grouped[["scheme", "exposed_source"]].first())
+    spread = grouped["step_s"].std(ddof=1).rename("cell_sd")
     out = out.join(spread).reset_index()
     base_share = out["base_sd_s"] / out["n"]
     out["noise_s"] = np.sqrt(out["cell_sd"].fillna(0) ** 2 + base_share.fillna(0) ** 2).where(

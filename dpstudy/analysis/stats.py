@@ -3,7 +3,7 @@
 `repeats: k` runs k seeds of a cell. Throughput is summarised on the log scale: a setting's
 throughput is the geometric mean of its repeats, and its speedup is the ratio of the geometric
 means of the setting and its single-device baseline (`speedup`, the ONE speedup every table,
-sentence, figure and the scaling model quote). The 95 % interval is Welch's t-interval on the
+sentence, figure and the step model quote). The 95 % interval is Welch's t-interval on the
 difference of mean log throughputs, mapped back by exp: throughput noise is multiplicative, and
 on the log scale the interval is symmetric around its point, with Welch's degrees of freedom
 for unequal noise and repeat counts (scipy.stats.ttest_ind with equal_var=False computes it).
@@ -237,7 +237,7 @@ def verdict(row) -> str | None:
 
 def speedups(settings: pd.DataFrame) -> pd.DataFrame:
     """The settings' speedups with their intervals, indexed by the setting keys: what any other
-    table (the scaling model's) joins to quote THE speedup."""
+    table (the step model's) joins to quote THE speedup."""
     return settings.set_index(SETTING_KEYS)[["speedup", "speedup_low", "speedup_high"]]
 
 

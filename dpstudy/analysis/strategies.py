@@ -26,12 +26,14 @@ device kind) is the workload's, so strategies are compared at the same global ba
   vs_next             its throughput over the next-ranked one's with the interval, and `vs_next_claim`
                       (+1: faster beyond noise, 0: within noise or no interval)
   predicted_samples_per_s, model_rank, model_misorders, model_agrees
-                      the "why not n x" model's throughput (dpstudy.analysis.scaling: its predicted
-                      speedup x the baseline's throughput; a one-device setting is its own
-                      baseline) and the rank it gives; the settings this one beat beyond noise
-                      that the model puts ahead of it; and whether the model orders the workload
-                      as measured (no such pair: ties within noise may go either way)
-  largest, largest_s  the model's largest loss against n x and its seconds per epoch (multi-device)
+                      the step model's throughput, held out: a multi-device setting's forecast from
+                      the study's other settings (dpstudy.analysis.forecast_table, leave-one-out;
+                      none where nothing else calibrates it), a one-device setting its own; the
+                      rank it gives; the settings this one beat beyond noise that the model puts
+                      ahead of it; and whether the model orders the workload as measured (no such
+                      pair: ties within noise may go either way)
+  largest, largest_s  the step model's largest loss against n x and its seconds per step
+                      (multi-device: dpstudy.analysis.scaling)
   learned             False when a finished repeat did not learn (dpstudy.record.learning), else True
   fastest             the fastest strategy that fits and learned: rank 1, or the best-ranked one that
                       learned when rank 1 did not (one that did not fit did not run)
@@ -166,15 +168,19 @@ def strategy_rows(cells: pd.DataFrame, split: pd.DataFrame) -> pd.DataFrame:
 
 
 def strategies_table(
-    cells: pd.DataFrame, settings: pd.DataFrame, model: pd.DataFrame, split: pd.DataFrame
+    cells: pd.DataFrame,
+    settings: pd.DataFrame,
+    model: pd.DataFrame,
+    split: pd.DataFrame,
+    held_out: pd.Series | None = None,
 ) -> pd.DataFrame:
     """The `strategies` table (see the module docstring) from the cells, settings, scaling_settings
-    and memory_split tables."""
+    and memory_split tables and the held-out forecasts (join_model)."""
     if cells.empty:
         return pd.DataFrame(columns=list(COLUMNS))
     table = strategy_rows(cells, split)
     table = join_settings(table, settings)
-    table = join_model(table, model, settings)
+    table = join_model(table, model, settings, held_out)
     parts = [rank(workload) for _, workload in table.groupby(list(WORKLOAD_KEYS), dropna=False, sort=True)]
     table = pd.concat(parts, ignore_index=True)
     table["workload"] = table.groupby(list(WORKLOAD_KEYS), dropna=False, sort=True).ngroup()
@@ -196,25 +202,31 @@ def join_settings(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
     return table.merge(found, on=keys, how="left", validate="many_to_one").set_axis(table.index)
 
 
-def join_model(table: pd.DataFrame, model: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
-    """The model's predicted throughput and largest loss of each finished strategy. The model
-    predicts a speedup over the setting's own baseline (the one-device setting of the same
-    compile); its throughput is that speedup x the baseline's geometric mean."""
+def join_model(
+    table: pd.DataFrame, model: pd.DataFrame, settings: pd.DataFrame, held_out: pd.Series | None = None
+) -> pd.DataFrame:
+    """The step model's throughput of each finished strategy, never read from its own cells: a
+    multi-device setting's forecast from the others (`held_out`, by setting number:
+    forecast_table.held_out_by_setting; none where no other setting calibrates it), a one-device
+    setting its own throughput (the model's t1 is measured there); and the breakdown's largest loss
+    against n x (`model`, the scaling_settings table)."""
     out = table.assign(predicted_samples_per_s=math.nan, largest=None, largest_s=math.nan)
     if settings.empty:
         return out
     by_number = settings.set_index("setting")
     predicted = model.set_index("setting") if not model.empty else pd.DataFrame()
+    held_out = held_out if held_out is not None else pd.Series(dtype=float)
     for i, row in out.iterrows():
         if pd.isna(row["setting"]):
             continue
-        setting = by_number.loc[int(row["setting"])]
+        number = int(row["setting"])
+        setting = by_number.loc[number]
         if row["mode"] == "single" and setting["devices"] == 1:
             out.at[i, "predicted_samples_per_s"] = setting["samples_per_s"]  # its own baseline
-        elif int(row["setting"]) in predicted.index:
-            m = predicted.loc[int(row["setting"])]
-            base = setting["samples_per_s"] / setting["speedup"]  # the baseline's geometric mean
-            out.at[i, "predicted_samples_per_s"] = m["predicted_speedup"] * base
+        elif number in held_out.index:
+            out.at[i, "predicted_samples_per_s"] = held_out[number]
+        if number in predicted.index:
+            m = predicted.loc[number]
             out.at[i, "largest"], out.at[i, "largest_s"] = m["largest"], m["largest_s"]
     return out
 

@@ -45,7 +45,7 @@ ENV_COLUMNS = {
     "driver": "driver",
     "threads_per_process": "threads_per_process",
 }
-# record.probe (dpstudy.record.fields.PROBE_FIELDS): the parts of a step the scaling model needs
+# record.probe (dpstudy.record.fields.PROBE_FIELDS): the parts of a step the step model needs
 # become columns; how the probe ran (its steps, the graphs it compiled) does not.
 PROBE_COLUMNS = tuple(k for k in PROBE_FIELDS if k not in ("steps", "rounds", "graphs_compiled"))
 

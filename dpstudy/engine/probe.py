@@ -1,4 +1,4 @@
-"""After training: the parts of a step that the scaling model needs (dpstudy.analysis.scaling).
+"""After training: the parts of a step that the step model needs (dpstudy.analysis.step_model).
 
 Each mode with collectives has its probe here, chosen by the mode's name (PROBES): DDP times its
 step with and without the gradient all-reduce and the all-reduce alone, FSDP its step as sharded,

@@ -119,7 +119,7 @@ RECORD_SCHEMA = {
         ),
         "probe": field(
             MAYBE_OBJECT,
-            "DDP, FSDP and DP cells, after training: the parts of a step the scaling model needs, timed by"
+            "DDP, FSDP and DP cells, after training: the parts of a step the step model needs, timed by"
             " dpstudy.engine.probe. The step with and without communication take turns over `rounds` rounds, so"
             " that a drift of the machine touches both alike (medians); times are seconds per step, the slowest"
             " rank's. Each mode writes its own fields.",

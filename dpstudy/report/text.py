@@ -99,6 +99,12 @@ def significant(value: float, digits: int = 3) -> str:
     return f"{round(value, digits - before_point if decimals == 0 else decimals):,.{decimals}f}"
 
 
+def milliseconds(value: float) -> str:
+    """Seconds as milliseconds to 3 significant digits; rounding's dust (a difference of equal parts) is
+    0; NaN is n/a."""
+    return "n/a" if pd.isna(value) else significant(round(value * 1e3, 6))
+
+
 def times(value: float) -> str:
     """A speed-up: 1.52x, 67,800x."""
     return "" if pd.isna(value) else f"{significant(value)}x"

@@ -1,7 +1,7 @@
 """nccl-tests' bus factors, the one definition: the bytes each collective moves per rank over a
 ring, as a share of its total size S. busbw = algbw x the factor; comm_bench reports busbw with it
 (dpstudy.microbench.comm), and the models price a collective at n ranks with it
-(dpstudy.analysis.forecast, dpstudy.analysis.scaling)."""
+(dpstudy.analysis.step_model)."""
 
 from __future__ import annotations
 

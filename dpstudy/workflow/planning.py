@@ -222,7 +222,7 @@ class Study:
 
     @property
     def comm_files(self) -> list[str]:
-        """The all-reduce bandwidth of the scaling model, where the study measures it."""
+        """comm_bench's table, whose fits price the step model's collectives, where the study measures it."""
         return [path for path in self.bench_files if path == outputs.bench_csv("comm")]
 
     @property

@@ -116,16 +116,20 @@ def test_every_multi_device_cell_carries_its_trace_and_the_report_reads_and_link
         assert paths == [f"cells/{cell}/trace/rank{r}.json.gz" for r in range(2)]
         assert all((workdir / "results" / p).stat().st_size > 1000 for p in paths)
     assert f'href="../{multi["trace_files"].iloc[0].split("; ")[0]}"' in html
-    assert "The step as traced" in html
-    # "why not n x" reads the exposed communication off the traces
+    assert "The step as traced" in html and "step model ms: compute + exposed + data" in html
+    # the step model's breakdown: on a CPU the exposed communication is the probe's (step_inputs.EXPOSED_FROM),
+    # and at every measured setting the parts add up to the measured step within 5 %, the rest named residual
     scaling = pd.read_csv(workdir / "results/tables/scaling_settings.csv")
-    assert len(scaling) == 2 and (scaling["exposed_source"] == "trace").all()
+    assert len(scaling) == 2 and (scaling["exposed_source"] == "probe").all()
+    assert (scaling["residual_s"].abs() <= 0.05 * scaling["step_s"]).all(), scaling[["step_s", "residual_s"]]
+    parts = scaling[["t1_s", "sharing_s", "fixed_s", "exposed_s", "data_s", "transfers_s", "residual_s"]]
+    assert np.allclose(parts.sum(axis=1), scaling["step_s"])
 
 
 def test_every_column_the_report_shows_is_in_the_glossary(default_study):
     page = (default_study.workdir / "results/report/report.html").read_text()
-    # the report's tables of settings, strategies, the scaling model, cells and microbenchmarks
-    assert {"samples/s [95 %]", "scaling model", "hidden by the step", "job", "idle ms"} <= report_columns(page)
+    # the report's tables of settings, strategies, the step model, cells and microbenchmarks
+    assert {"samples/s [95 %]", "step model", "hidden by the step", "job", "idle ms"} <= report_columns(page)
     assert undefined_in_glossary(page) == [], "define them in docs/glossary.md"
 
 

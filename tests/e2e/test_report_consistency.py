@@ -1,5 +1,5 @@
 """One speedup everywhere: the rendered report quotes a setting's speedup, and its interval, the
-same way in every section that names it (speedup, the scaling model, the sources' verdicts), and
+same way in every section that names it (speedup, the step model, the sources' verdicts), and
 that is the settings table's number."""
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def test_every_section_quotes_the_settings_speedup(rendered):
     text, ddp = rendered
     quoted = f"{ddp['speedup']:.2f}x [{ddp['speedup_low']:.2f}-{ddp['speedup_high']:.2f}]"
     assert ddp["repeats"] == 3 and ddp["speedup_low"] < ddp["speedup"] < ddp["speedup_high"]
-    # speedup section, the scaling model's sentence and its table, the sources' verdict
+    # speedup section, the step model's sentence and its table, the sources' verdict
     assert f"DDP (gloo) on 2 devices at batch 32 per device: {quoted} one device's throughput" in text
-    assert f"DDP (gloo) on 2 devices at batch 32 per device: measured {quoted}, scaling model" in text
+    assert f"DDP (gloo) on 2 devices at batch 32 per device: measured {quoted}, step model" in text
     assert f"DDP on 2 GPUs runs at {quoted} the throughput of one GPU" in text
     # and no other speedup for that setting anywhere: every 'N.NNx [' in the page is this one
     intervals = set(re.findall(r"\d+\.\d\dx \[\d+\.\d\d-\d+\.\d\d\]", text))

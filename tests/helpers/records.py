@@ -219,6 +219,16 @@ def small_grid() -> list[dict[str, Any]]:
 
 
 STRATEGY_DDP_PROBE = {"sync_step_s": 0.012, "nosync_step_s": 0.010, "allreduce_s": 0.004, "grad_bytes": 4.0e5}
+# FSDP's probe: a step as FSDP runs it and on an unsharded replica, 4 units
+STRATEGY_FSDP_PROBE = {
+    "sync_step_s": 0.014,
+    "nosync_step_s": 0.010,
+    "allgather_s": 0.002,
+    "reduce_scatter_s": 0.002,
+    "gather_bytes": 4.0e5,
+    "grad_bytes": 4.0e5,
+    "units": 4,
+}
 # per device: parameters, gradients, optimizer state, activations (MB)
 ONE_DEVICE = (10.0, 10.0, 20.0, 60.0)
 REPLICA = (10.0, 10.0, 20.0, 30.0)
@@ -237,6 +247,7 @@ def strategy_grid() -> list[dict[str, Any]]:
     record written by the launcher: no device kind), and batch 1024 out of memory."""
     ddp = {"mode": "ddp", "gpus": 2, "backend": "gloo", "probe": STRATEGY_DDP_PROBE, "memory": [REPLICA] * 2}
     fsdp = {"mode": "fsdp", "gpus": 2, "backend": "gloo", "memory": [SHARD, (5.0, 5.0, 10.0, 20.0)]}
+    fsdp["probe"] = STRATEGY_FSDP_PROBE
     skipped_by_plan = make_record(
         "skipped",
         mode="fsdp",
@@ -371,3 +382,24 @@ def comm_fit(latency_s: float, bandwidth_gbps: float, collective: str = "all_red
         "rel_rmse": 0.02,
         "max_rel_error": 0.04,
     }
+
+
+def comm_bench(latency_s: float = 1e-4, bandwidth_gbps: float = 0.5) -> pd.DataFrame:
+    """comm_bench's rows (dpstudy.microbench.comm) of Gloo on the CPU between 2 ranks: every
+    collective at four sizes, latency + bytes / bandwidth each (what comm_fit then fits exactly)."""
+    sizes = [4096, 65536, 1 << 20, 16 << 20]
+    rows = [
+        {
+            "collective": collective,
+            "backend": "gloo",
+            "device": "cpu",
+            "world_size": 2,
+            "bytes": size,
+            "median_s": latency_s + size / (bandwidth_gbps * 1e9),
+            "stream_s": latency_s + size / (bandwidth_gbps * 1e9),
+            "reason": None,
+        }
+        for collective in ("all_reduce", "all_gather", "reduce_scatter")
+        for size in sizes
+    ]
+    return pd.DataFrame(rows)

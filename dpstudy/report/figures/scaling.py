@@ -1,5 +1,5 @@
 """How throughput scales: throughput against the global batch, speedup and efficiency against the
-devices, and the scaling model's predicted speedup against the measured one (why not n times)."""
+devices, and the step model's speedup against the measured one (why not n times)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def scaling(tables: Tables) -> Figure:
 
 @figure
 def model(tables: Tables) -> Figure:
-    """Predicted (dpstudy.analysis.scaling) vs measured speedup, one point per setting with the measured
+    """The step model's (dpstudy.analysis.scaling) vs measured speedup, one point per setting with the measured
     speedup's 95 % interval as a vertical bar; the diagonal is a perfect model, the dotted lines the
     ideal n x."""
     cells = labelled(tables["cells"])
@@ -89,8 +89,9 @@ def model(tables: Tables) -> Figure:
     from dpstudy.analysis.scaling import by_setting
 
     table = by_setting(tables["scaling"], tables["settings"])  # measured: the settings' speedup
+    table = table[table["predicted_speedup"].notna()]  # a setting the model could not calibrate
     if table.empty:
-        return message("No multi-device cell finished with a baseline: nothing to model.", title, cells)
+        return message("No multi-device cell finished with a baseline and a model: nothing to model.", title, cells)
     table = labelled(table).assign(loss=table["largest"].str.split(" [(]").str[0])
     colours = hue(table)
     g = sns.relplot(

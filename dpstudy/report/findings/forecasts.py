@@ -1,4 +1,4 @@
-"""What would N give? The forecast model (dpstudy.analysis.forecast) checked on this study: every
+"""What would N give? The step model's forecasts (dpstudy.analysis.forecast) checked on this study: every
 measured DDP and FSDP setting forecast from the others, beside what it measured (the forecasts
 table)."""
 

@@ -26,7 +26,7 @@ from dpstudy.study.budget import GIB
 INTRO = (
     "**At the largest batch that fits.** Each strategy's memory per device is a line in the per-device "
     "batch, through its own batches (measured, or as the memory plan predicted those that did not run) or "
-    "else the forecast model's; its largest per-device batch is the largest whose need (the memory + 10 % "
+    "else the step model's; its largest per-device batch is the largest whose need (the memory + 10 % "
     "and, on CUDA, the context) stays within the capacity, interpolated between the batches the line rests "
     "on or extrapolated beyond them. Its throughput there is measured where it ran at that batch, else "
     "forecast (95 % interval), else not known, with the reason."

@@ -1,5 +1,5 @@
 """Which strategy: per workload the fastest strategy that fits, its lead over the next, the ranking
-with memory per device, the strategies that did not run, and the scaling model's account; then each
+with memory per device, the strategies that did not run, and the step model's account; then each
 strategy at the largest batch that fits (findings.largest_batch)."""
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from dpstudy.report.text import markdown_table, more_in, significant, text
 STRATEGIES_INTRO = (
     "Every strategy the study ran for the same data, model and global batch, ranked by throughput "
     "(the geometric mean of its repeats, 95 % interval), with the memory its fullest device needed for "
-    "one training step (PyTorch's tracker; the memory plan's prediction beside it) and the scaling "
-    "model's account. A strategy that does not fit (out of memory, or predicted above the study's "
-    "`memory_budget_gib`) did not run, so the fastest that ran is the fastest that fits. "
+    "one training step (PyTorch's tracker; the memory plan's prediction beside it) and the step model's "
+    "account: each multi-device strategy's throughput forecast from the study's other settings, never "
+    "from its own cells (none where nothing else calibrates it), one device's its own. A strategy that "
+    "does not fit (out of memory, or predicted above the study's `memory_budget_gib`) did not run, so the "
+    "fastest that ran is the fastest that fits. "
     '"vs one device" is the throughput over one device without torch.compile.'
 )
 
@@ -62,10 +64,13 @@ def model_reason(rows: pd.DataFrame, keys: list[str], settings: pd.DataFrame) ->
     strategy most against n x."""
     predicted = rows.dropna(subset=["predicted_samples_per_s"])
     if len(predicted) < 2:
-        return "The scaling model has too few of these strategies to rank (it needs a finished one-device baseline)."
+        return (
+            "The step model has too few of these strategies to rank (a multi-device strategy needs other "
+            "settings of its group to be forecast from, and a finished one-device baseline)."
+        )
     order = ", ".join(strategy_label(r, keys) for _, r in predicted.sort_values("model_rank").iterrows())
     if bool(rows["model_agrees"].iloc[0]):
-        head = f"The scaling model orders them as measured, up to ties within noise: {order}."
+        head = f"The step model orders them as measured, up to ties within noise: {order}."
     else:
         wrong = [
             f"{strategy_label(r, keys)} beat {strategy_label(settings.loc[int(other)], keys)} beyond noise"
@@ -73,9 +78,9 @@ def model_reason(rows: pd.DataFrame, keys: list[str], settings: pd.DataFrame) ->
             if isinstance(r["model_misorders"], str)
             for other in r["model_misorders"].split()
         ]
-        head = f"The scaling model orders them {order}, which the measurements contradict: {'; '.join(wrong)}."
+        head = f"The step model orders them {order}, which the measurements contradict: {'; '.join(wrong)}."
     losses = [
-        f"{strategy_label(r, keys)}: {text(r['largest'])}, {significant(r['largest_s'])} s per epoch"
+        f"{strategy_label(r, keys)}: {text(r['largest'])}, {significant(r['largest_s'] * 1e3)} ms per step"
         for _, r in rows.iterrows()
         if isinstance(r["largest"], str)
     ]
@@ -107,7 +112,7 @@ def strategy_table(rows: pd.DataFrame, keys: list[str]) -> str:
                 f"{or_na(significant)(m)} ({or_na(significant)(p)})"
                 for m, p in zip(rows["memory_mb"], rows["predicted_memory_mb"])
             ],
-            "scaling model: samples/s (rank)": [
+            "step model, held out: samples/s (rank)": [
                 "n/a" if pd.isna(v) else f"{significant(v)} ({whole(k)})"
                 for v, k in zip(rows["predicted_samples_per_s"], rows["model_rank"])
             ],

@@ -1,7 +1,8 @@
 """The step as its trace measured it: per multi-device setting, the pace-setting rank's traced step
 split into compute, exposed communication, data wait and idle time (dpstudy.engine.trace_figures,
-the cells table's trace_* columns), the probe's exposed communication beside it, and links to the
-traces, which Perfetto (ui.perfetto.dev) and TensorBoard open."""
+the cells table's trace_* columns), the probe's exposed communication beside it, the step model's
+breakdown of the timed step (dpstudy.analysis.scaling, the scaling_settings table) and how far the
+traced step is from it, and links to the traces, which Perfetto (ui.perfetto.dev) and TensorBoard open."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import posixpath
 
 import pandas as pd
 
+from dpstudy.analysis.baseline import baseline_key
 from dpstudy.analysis.keys import SETTING_KEYS
 from dpstudy.report.findings.phrases import LIST_LIMIT, Tables, not_measured, or_na, percent, setting_name, varied
-from dpstudy.report.text import markdown_table, more_in, significant
+from dpstudy.report.text import markdown_table, more_in
+from dpstudy.report.text import milliseconds as ms
 from dpstudy.study.outputs import REPORT_DIR, RESULTS
 
 INTRO = (
@@ -24,13 +27,12 @@ INTRO = (
     "rank that computed longest, which every collective waits for; milliseconds per step, the median over "
     "the setting's repeats. Beside it, the probe's exposed communication: the step with its collectives "
     "minus the same step without them, which also counts what running the collectives beside compute costs "
-    "it (on a CPU, Gloo's threads share the cores)."
+    "it (on a CPU, Gloo's threads share the cores). Then the step model's breakdown of the timed step (see "
+    "\"Why not n times\"): its compute (one device's step, the host's share and the strategy's fixed cost), "
+    'the exposed communication it read and the waiting for data; "trace vs model" is how much longer the '
+    "traced step ran than the model's, the profiler's own cost included."
 )
 CSV = "results/tables/cells.csv"
-
-
-def ms(value) -> str:
-    return or_na(lambda v: significant(v * 1e3))(value)
 
 
 def links(files) -> str:
@@ -39,6 +41,30 @@ def links(files) -> str:
         return "not kept"
     paths = [posixpath.relpath(f"{RESULTS}/{path}", REPORT_DIR) for path in files.split("; ")]
     return " ".join(f"[rank {i}]({path})" for i, path in enumerate(paths))
+
+
+MODEL_PARTS = ("t1_s", "sharing_s", "fixed_s", "transfers_s", "exposed_s", "data_s", "predicted_s")
+
+
+def with_model(settings: pd.DataFrame, model: pd.DataFrame | None, keys: list[str]) -> pd.DataFrame:
+    """`settings` with the step model's parts of each (the scaling_settings table; NaN without one)."""
+    if model is None or model.empty:
+        return settings.assign(**dict.fromkeys(MODEL_PARTS, float("nan")))
+    found = {baseline_key(r[k] for k in keys): r for r in model.to_dict("records")}
+    rows = [found.get(baseline_key(r[k] for k in keys), {}) for r in settings.to_dict("records")]
+    return settings.assign(**{part: [row.get(part, float("nan")) for row in rows] for part in MODEL_PARTS})
+
+
+def model_text(r) -> str:
+    """The model's compute (t1, host share, fixed cost, DP's transfers) + exposed + data, in ms."""
+    if pd.isna(r["predicted_s"]):
+        return "n/a"
+    compute = sum(r[k] for k in ("t1_s", "sharing_s", "fixed_s", "transfers_s") if pd.notna(r[k]))
+    return f"{ms(compute)} + {ms(r['exposed_s'])} + {ms(r['data_s'])} = {ms(r['predicted_s'])}"
+
+
+def signed_percent(value: float) -> str:
+    return f"{value * 100:+.0f} %"
 
 
 def traces(tables: Tables) -> str:
@@ -51,6 +77,7 @@ def traces(tables: Tables) -> str:
     parts += ["trace_idle_s", "trace_overlap"]
     grouped = traced.groupby(keys, dropna=False, sort=True)
     settings = grouped[parts].median().join(grouped[["trace_files", "trace_reason"]].first()).reset_index()
+    settings = with_model(settings, tables.get("scaling_settings"), keys)
     shown = settings.head(LIST_LIMIT)
     named = varied(tables)
     table = pd.DataFrame(
@@ -64,6 +91,8 @@ def traces(tables: Tables) -> str:
             "data wait ms": shown["trace_data_wait_s"].map(ms),
             "idle ms": shown["trace_idle_s"].map(ms),
             "hidden by compute": shown["trace_overlap"].map(or_na(percent)),
+            "step model ms: compute + exposed + data": [model_text(r) for _, r in shown.iterrows()],
+            "trace vs model": (shown["trace_step_s"] / shown["predicted_s"] - 1).map(or_na(signed_percent)),
             "traces": shown["trace_files"].map(links),
         }
     )

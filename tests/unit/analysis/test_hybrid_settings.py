@@ -1,6 +1,7 @@
 """A shard hybrid (HSDP) cell through every table: its strategy beside DDP's in one workload, its
-single-device baseline, and no model that does not know it: the scaling model leaves its
-collectives unpriced, the forecasts neither calibrate on it nor forecast it, and say why."""
+single-device baseline, and no model that does not know it: the step model's breakdown leaves its
+collectives unpriced (its exposed communication measured all the same), the forecasts neither
+calibrate on it nor forecast it, and say why."""
 
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ def test_a_hybrid_cell_has_its_baseline_and_ranks_beside_ddp(tables):
 
 def test_no_model_prices_hybrids_collectives_and_the_forecasts_say_so(tables):
     scaling = tables["scaling"].set_index("cell")
-    assert scaling.loc[HYBRID, "sync_source"] == "none"
+    hybrid = scaling.loc[HYBRID]
+    assert hybrid["scheme"] == "fsdp hybrid" and pd.isna(hybrid["comm_s"]) and pd.isna(hybrid["overlap"])
+    assert hybrid["exposed_s"] == pytest.approx(0.002) and hybrid["exposed_source"] == "probe"
+    assert hybrid["step_s"] == pytest.approx(hybrid["predicted_s"] + hybrid["residual_s"])
     fits = pd.DataFrame([comm_fit(50e-6, 1.0)])  # an all-reduce fit: DDP settings calibrate
     forecasts = forecast_table.forecasts(tables["settings"], tables["cells"], fits, REQUESTS, tables["memory_split"])
     assert (forecasts["source"] == "leave-one-out").sum() == 2  # the two DDP settings, each from the other

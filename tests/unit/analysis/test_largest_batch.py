@@ -1,6 +1,6 @@
 """Each strategy at the largest per-device batch that fits (dpstudy.analysis.largest_batch), on
 records whose memory and throughput follow a known law: the line through a strategy's own batches
-(measured or planned) or the forecast model's, the capacity and its margins, b*, and the throughput
+(measured or planned) or the step model's, the capacity and its margins, b*, and the throughput
 there, measured or forecast."""
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def test_fsdp_fits_a_larger_batch_than_ddp_in_the_same_budget_its_state_sharded(
     assert ddp["largest_batch"] == b_star(204.8, 50.0) == 272
     assert fsdp["largest_batch"] == b_star(204.8, 25.0) == 322 > ddp["largest_batch"]
     assert ddp["largest_global_batch"] == 544 and ddp["how"] == "extrapolated"  # beyond 64-128 per device
-    # neither ran there: both forecast by the forecast model at b* x 2, from their own kind
+    # neither ran there: both forecast by the step model at b* x 2, from their own kind
     assert ddp["source"] == fsdp["source"] == "forecast"
     assert "DDP setting(s) at n=2" in ddp["basis"] and "FSDP full setting(s) at n=2" in fsdp["basis"]
     # ranked by throughput at b*, one device (at its own b*) with them

@@ -263,7 +263,7 @@ def test_fsdp_over_gloo_trains_what_ddp_trains(parity_runs):
     assert abs(acc - ddp["summary"]["final_test_acc"]) <= 0.01
     assert abs(acc - single["summary"]["final_test_acc"]) <= 0.01
     # grad_op keeps the gathered parameters from forward to backward: when, not what, is computed
-    # the probe of the scaling model: LeNet's five layers are the units, the root holds nothing
+    # the probe of the step model: LeNet's five layers are the units, the root holds nothing
     probe, params = fsdp["probe"], models.cost("lenet", Task.image(1, 28, 10))["params"]
     assert probe["units"] == 5 and probe["gather_bytes"] == probe["grad_bytes"] == 4 * params
     assert all(probe[k] > 0 for k in ("sync_step_s", "nosync_step_s", "allgather_s", "reduce_scatter_s"))

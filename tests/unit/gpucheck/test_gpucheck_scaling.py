@@ -1,4 +1,4 @@
-"""gpu-check item 8 (dpstudy.gpucheck.scaling) on tables generated from the forecast model's own law:
+"""gpu-check item 8 (dpstudy.gpucheck.scaling) on tables generated from the step model's own law:
 settings on 4 GPUs forecast from 1 and 2 alone are recovered, a slower 4-GPU measurement shows as
 its error outside the interval, and a host with fewer than 3 GPUs is told the item does not apply."""
 

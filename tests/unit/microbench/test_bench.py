@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from helpers.bench import assert_kernel_rows
 
 import dpstudy.ext
-from dpstudy.analysis import forecast, scaling
+from dpstudy.analysis import step_model
 from dpstudy.ext import reference
 from dpstudy.microbench import comm, kernels
 from dpstudy.microbench.loops import max_pool2d_backward_loop, rgb_to_grayscale_loop
@@ -141,26 +141,8 @@ def test_comm_bus_factors_and_sizes():
     assert bus_factor("all_reduce", 2) == 1.0 and bus_factor("all_reduce", 4) == 1.5
     assert bus_factor("all_gather", 4) == bus_factor("reduce_scatter", 4) == 0.75
     assert bus_factor("all_gather", 1) == 0.0
-    # one definition: comm_bench's busbw and the models' ring use the same function
-    assert comm.bus_factor is forecast.bus_factor is scaling.bus_factor is bus_factor
-
-
-def test_bus_bandwidth_per_collective_and_from_an_old_comm_csv():
-    rows = {"backend": "gloo", "device": "cpu", "world_size": 2, "bytes": [4096, 4 << 20], "reason": None}
-    old = pd.DataFrame({**rows, "busbw_gbps": 0.1})  # before the collective column: all all_reduce
-    assert scaling.bus_bandwidth(old, "gloo", "cpu", 2, 1 << 20) == pytest.approx(0.1)
-    assert scaling.bus_bandwidth(old, "gloo", "cpu", 2, 1 << 20, collective="all_gather") is None
-    new = pd.concat(
-        [
-            pd.DataFrame({**rows, "collective": "all_gather", "busbw_gbps": [0.2, 0.4]}),
-            pd.DataFrame({**rows, "collective": "all_reduce", "busbw_gbps": [1.0, 3.0]}),
-            pd.DataFrame({**rows, "collective": "reduce_scatter", "busbw_gbps": [0.5, 0.5]}),
-        ]
-    )
-    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4096) == pytest.approx(1.0)  # all_reduce by default
-    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4 << 20) == pytest.approx(3.0)
-    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4 << 20, "all_gather") == pytest.approx(0.4)
-    assert scaling.bus_bandwidth(new, "gloo", "cpu", 2, 4096, collective="reduce_scatter") == pytest.approx(0.5)
+    # one definition: comm_bench's busbw and the step model's ring use the same function
+    assert comm.bus_factor is step_model.bus_factor is bus_factor
 
 
 def test_comm_helpers():

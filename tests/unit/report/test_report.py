@@ -14,6 +14,7 @@ from helpers.records import (
     DP_REASON,
     NCCL_REASON,
     OOM_REASON,
+    comm_bench,
     make_record,
     make_util,
     run_report,
@@ -171,18 +172,19 @@ def test_the_model_names_the_largest_loss(tmp_path):
             make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=probe),
         ],
     )
-    text = findings.why_not_n(tables)  # see test_scaling: 0.94 s of all-reduce, half hidden by the backward
+    text = findings.why_not_n(tables)  # see test_scaling: 10 ms of the all-reduce exposed
     assert (
-        "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, scaling model 1.47x of an ideal 2x. "
+        "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, step model 1.50x of an ideal 2x. "
         "Largest loss: **collectives (all-reduce, all-gather, reduce-scatter) the step did not hide** "
-        "(0.940 s of a 4.00 s epoch whose ideal is 3.00 s)."
+        "(10.0 ms of a 42.7 ms step whose ideal is 32.0 ms)."
     ) in text
-    # 4.00 s = 3.00 ideal + 0.14 data + 0.94 all-reduce + 0.35 per-device compute - 0.43 rest
+    # 42.7 ms = 32.0 ideal + 0 per-device compute (one batch: t1 through the origin) - 0.827 host share
+    # (what the step leaves) + 10.0 exposed + 1.49 extra data wait; no fits, so the collectives alone n/a
     assert (
-        "| synthetic/lenet, DDP (gloo) on 2 devices at batch 64 | 1.50x | 1.47x | 4.00 (3.00) | n/a | 0.140 | "
-        "0.940 (0.940) | 50 % | n/a | 0.350 | -0.430 (noise unknown: one run) |"
+        "| synthetic/lenet, DDP (gloo) on 2 devices at batch 64 | 1.50x | 1.50x | 42.7 (32.0) | n/a | 0 | "
+        "-0.827 (noise unknown: one run) | 0 | n/a (10.0) | n/a | 1.49 | n/a | 0 |"
     ) in text
-    assert "Collective times from: probe" in text
+    assert "Exposed collectives from: probe" in text
     assert findings.why_not_n(tables_of(tmp_path / "none", [make_record(mode="single")])).startswith(
         "*Not measured in this study:*"
     )
@@ -257,7 +259,8 @@ def test_memory_imbalance(grid, tmp_path):
 def strategy_tables(tmp_path_factory) -> dict[str, pd.DataFrame]:
     records = strategy_grid()
     root = tmp_path_factory.mktemp("strategies")
-    tables = collect.summarise(collect.collect(write_records(root, records), CURRENT, strategy_plan(records)))
+    collected = collect.collect(write_records(root, records), CURRENT, strategy_plan(records))
+    tables = collect.summarise(collected, comm_bench())
     tablefiles.write_tables(tables, root / "tables")  # the report reads them back from CSV
     return tablefiles.read_tables(root / "tables")
 
@@ -270,14 +273,16 @@ def test_which_strategy_names_the_fastest_that_fits_its_lead_and_the_models_reas
         "FSDP grad_op (gloo) on 2 devices, by 1.01x [0.96-1.05] (**within noise**: a tie)." in text
     )
     assert "| 3 | FSDP full (gloo) on 2 devices | 1,200 [1,180-1,230] | 1.20x [1.09-1.32] | 50.0 (55.0) |" in text
-    assert "| 4 | one device, compiled | 1,100 | 1.10x | 100 (110) | 1,100 (4) |" in text
+    assert "| 4 | one device, compiled | 1,100 | 1.10x | 100 (110) | 1,100 (3) |" in text
+    # DDP is its group's only DDP setting: nothing else calibrates it, so no held-out forecast
+    assert "| 1 | DDP (gloo) on 2 devices | 1,500 [1,430-1,580] | 1.50x [1.38-1.63] | 70.0 (77.0) | n/a |" in text
     assert "- does not fit: FSDP full (gloo) on 2 devices: predicted 93.10 GiB &gt; 70 GiB per device" in text
     assert "- did not run: DDP (nccl) on 2 devices: skipped, nccl needs CUDA: no GPU is visible" in text
     assert (
-        "which the measurements contradict: DDP (gloo) on 2 devices beat FSDP full (gloo) on 2 devices beyond noise."
-        in text
+        "The step model orders them as measured, up to ties within noise: FSDP grad_op (gloo) on 2 devices, "
+        "FSDP full (gloo) on 2 devices, one device, compiled, one device." in text
     )
-    assert "Largest loss against n x: DDP (gloo) on 2 devices: " in text
+    assert "Largest loss against n x: DDP (gloo) on 2 devices: " in text and " ms per step" in text
     # batch 1024 ran out of memory in its only strategy: no ranking, nothing claimed
     assert "global batch 1024" not in text
 
@@ -404,7 +409,7 @@ def test_findings_phrase_the_numbers_of_the_tables(repeats, tmp_path):
         ],
     )
     text = findings.why_not_n(changed(model, "scaling_settings", every, largest_s=0.5))
-    assert "**everything else (optimizer steps, synchronisation, start of each step)** (0.500 s of a" in text
+    assert "**waiting for data** (500 ms of a" in text
 
 
 def test_nodes_and_backends_phrase_their_comparisons(tmp_path):
@@ -624,3 +629,27 @@ def test_records_collect_could_not_read_are_listed_with_how_to_rerun_them(tmp_pa
     assert shown.count("\n- ") == 2 and "results/cells/a/record.json" in shown and "--forcerun" in shown
     listing.write_text(lines[0] + "\n")
     assert inventory.unreadable(str(listing)).startswith("**1 record could not be read** and is left out")
+
+
+def test_the_traced_step_stands_beside_the_step_models_breakdown(tmp_path):
+    probe = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
+    tables = tables_of(
+        tmp_path,
+        [
+            make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
+            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=probe),
+        ],
+    )
+    cells = tables["cells"].copy()
+    ddp = cells["mode"] == "ddp"
+    traced = {"trace_step_s": 0.0512, "trace_compute_s": 0.030, "trace_exposed_comm_s": 0.012}
+    traced.update(
+        trace_data_wait_s=0.002, trace_idle_s=0.0072, trace_overlap=0.4, trace_files="cells/x/trace/rank0.json.gz"
+    )
+    for column, value in traced.items():
+        cells.loc[ddp, column] = value
+    text = findings.traces({**tables, "cells": cells})
+    # the model (see test_the_model_names_the_largest_loss): 42.7 ms = 30.5 compute (one device's 31.4 ms, its
+    # host share -0.827 ms) + 10.0 exposed (the probe's, on a CPU) + 2.13 data; the traced step ran 20 % longer
+    assert "| 30.5 + 10.0 + 2.13 = 42.7 | +20 % |" in text
+    assert "| 51.2 | 30.0 | 12.0 (10.0) | 2.00 | 7.20 | 40 % |" in text

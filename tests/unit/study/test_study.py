@@ -414,7 +414,7 @@ def test_a_predict_block_is_every_combination_of_its_lists():
 
 def test_the_resolved_study_is_written_from_a_json_configfile_too(tmp_path):
     # Snakemake reads a JSON --configfile into OrderedDicts, which yaml.safe_dump refuses: the
-    # study_config job failed on benchmarks/forecast_accuracy.py's study
+    # study_config job failed on benchmarks/prediction_accuracy.py's study
     from collections import OrderedDict
 
     import yaml
