@@ -31,7 +31,7 @@ from dpstudy.analysis.baseline import Baselines, baseline_key
 from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration
 from dpstudy.analysis.forecast_table import calibration_inputs, group_of
 from dpstudy.analysis.keys import SETTING_KEYS
-from dpstudy.analysis.step_inputs import cell_parts
+from dpstudy.analysis.step_inputs import cell_parts, setting_parts
 from dpstudy.analysis.step_model import MESSAGES, scheme_of
 
 SCHEMES = (*MESSAGES, "fsdp hybrid", "dp")
@@ -126,18 +126,21 @@ def breakdown(cell: pd.Series, own: pd.Series, base: pd.Series, model: Calibrati
     }
 
 
+def no_fits(fits: pd.DataFrame | None) -> pd.DataFrame:
+    return fits if fits is not None else pd.DataFrame(columns=["collective", "backend", "device", "world_size"])
+
+
 def model(
     cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """One row per finished multi-device cell that has a finished baseline (see the docstring)."""
-    fits = fits if fits is not None else pd.DataFrame(columns=["collective", "backend", "device", "world_size"])
     parts = cell_parts(cells, epochs)
     ok = cells[cells["status"] == "ok"]
     timed = parts.index[parts["step_s"].notna()]
     multi = ok[(ok["devices"] > 1) & ok["cell"].isin(timed)]
     if multi.empty:
         return pd.DataFrame(columns=list(COLUMNS))
-    models = calibrations(settings, cells, epochs, fits)
+    models = calibrations(settings, cells, epochs, no_fits(fits))
     baselines = Baselines(cells[cells["cell"].isin(timed)])
     rows = []
     for _, cell in multi.iterrows():
@@ -152,29 +155,56 @@ def model(
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def by_setting(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
-    """Repeats of a setting folded into medians, `largest` recomputed from the median losses.
+def setting_rows(cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits) -> pd.DataFrame:
+    """The breakdown of every multi-device setting from the numbers its calibration read: its step as
+    its quoted throughput gives it (the global batch / the geometric mean of its repeats'), the
+    medians of its repeats' exposed communication, data wait and transfers; the baseline's step
+    from the speedup's baseline throughput. Medians of the repeats' own rows would not add up: a
+    median of differences is not the difference of medians. `cell` holds the setting's number."""
+    if settings.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    parts = cell_parts(cells, epochs)
+    own = setting_parts(settings, parts)
+    own["step_s"] = own["global_batch"] / own["samples_per_s"]
+    multi = own[(own["devices"] > 1) & own["speedup"].notna() & own["step_s"].notna()]
+    if multi.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    models = calibrations(settings, cells, epochs, no_fits(fits))
+    baselines = Baselines(cells[cells["cell"].isin(parts.index[parts["step_s"].notna()])])
+    rows = []
+    for _, setting in multi.iterrows():
+        base_cells = baselines.of(setting)["cell"]
+        base = pd.Series(
+            {
+                "step_s": setting["global_batch"] * setting["speedup"] / setting["samples_per_s"],
+                "data_step_s": parts.loc[base_cells, "data_step_s"].median() if len(base_cells) else math.nan,
+            }
+        )
+        found = models.get(baseline_key(setting[k] for k in FORECAST_GROUP))
+        row = breakdown(setting.rename({"setting": "cell"}), setting, base, found)
+        row["base_sd_s"] = parts.loc[base_cells, "step_s"].std(ddof=1) if len(base_cells) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
 
-    The measured speedup is THE setting's speedup with its interval, from the settings table
-    (dpstudy.analysis.stats), not a median of the repeats' ratios. `noise_s` is how much the measured step
-    varies between repeats (standard deviation, the baseline's share added in quadrature): a loss
+
+def with_noise(out: pd.DataFrame, table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
+    """`out` (setting_rows) with the measured speedup's interval from the settings table
+    (dpstudy.analysis.stats) and `noise_s`: how much the measured step varies between repeats
+    (standard deviation over `table`'s cells, the baseline's share added in quadrature): a loss
     smaller than that, negative ones included, is measurement noise."""
-    if table.empty:
-        return table.assign(measured_speedup_low=[], measured_speedup_high=[], noise_s=[])
-    text = ("cell", "scheme", "exposed_source", "largest", *SETTING_KEYS)
-    numeric = [c for c in COLUMNS if c not in text]
-    grouped = table.groupby(SETTING_KEYS, dropna=False, sort=True)
-    out = grouped[numeric].median().join(grouped[["scheme", "exposed_source"]].first())
-    spread = grouped["step_s"].std(ddof=1).rename("cell_sd")
-    out = out.join(spread).reset_index()
+    # keyed as baseline.baseline_key makes them: a missing value matches a missing one, 64 matches 64.0
+    spread: dict[tuple, list[float]] = {}
+    for row in table.to_dict("records"):
+        spread.setdefault(baseline_key(row[k] for k in SETTING_KEYS), []).append(row["step_s"])
+    steps = [spread.get(baseline_key(row[k] for k in SETTING_KEYS), []) for row in out.to_dict("records")]
+    cell_sd = pd.Series([np.std(s, ddof=1) if len(s) > 1 else math.nan for s in steps], index=out.index)
     base_share = out["base_sd_s"] / out["n"]
-    out["noise_s"] = np.sqrt(out["cell_sd"].fillna(0) ** 2 + base_share.fillna(0) ** 2).where(
-        out["cell_sd"].notna() | base_share.notna()
+    out["noise_s"] = np.sqrt(cell_sd.fillna(0) ** 2 + base_share.fillna(0) ** 2).where(
+        cell_sd.notna() | base_share.notna()
     )
-    quoted = stats.speedups(settings).rename(columns=lambda c: "measured_" + c)
-    out = out.drop(columns=["measured_speedup", "cell_sd"]).join(quoted, on=SETTING_KEYS)
-    out["largest"] = out[list(LOSSES)].fillna(-math.inf).idxmax(axis=1).map(LOSSES)
-    return out
+    # THE speedup of the setting, by its number (`cell` in setting_rows), as stats quotes it
+    quoted = stats.speedups(settings).set_axis(settings["setting"].to_numpy())
+    return out.drop(columns=["measured_speedup"]).join(quoted.rename(columns=lambda c: "measured_" + c), on="cell")
 
 
 # The model per setting: a setting's number instead of a cell id, the measured speedup's interval
@@ -198,13 +228,23 @@ SETTING_MODEL_COLUMNS = (
 )
 
 
-def settings_model(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
-    """The `scaling_settings` table: `by_setting`, with the setting's number in the settings table
-    (`setting`) and the seconds of its largest loss (`largest_s`: the largest of the losses
-    measured, NaN when none was), in fixed columns."""
-    out = by_setting(table, settings)
+def settings_model(
+    cells: pd.DataFrame,
+    epochs: pd.DataFrame,
+    settings: pd.DataFrame,
+    fits: pd.DataFrame | None = None,
+    table: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The `scaling_settings` table: setting_rows with the setting's number (`setting`), the measured
+    speedup's interval and the noise (with_noise, over `table`: model's per-cell rows, made here when
+    None), `largest` the largest of its losses and `largest_s` its seconds (NaN when none was
+    measured), in fixed columns."""
+    out = setting_rows(cells, epochs, settings, fits)
     if out.empty:
         return pd.DataFrame(columns=list(SETTING_MODEL_COLUMNS))
-    out = out.join(settings.set_index(SETTING_KEYS)["setting"], on=SETTING_KEYS)
+    table = model(cells, epochs, settings, fits) if table is None else table
+    out = with_noise(out, table, settings)
+    out["setting"] = out["cell"].astype(int)
+    out["largest"] = out[list(LOSSES)].fillna(-math.inf).idxmax(axis=1).map(LOSSES)
     out["largest_s"] = out[list(LOSSES)].max(axis=1, skipna=True)
     return out[list(SETTING_MODEL_COLUMNS)]

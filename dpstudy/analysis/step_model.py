@@ -140,8 +140,9 @@ def calibrate(t1s: list[float], remainders: list[float], overlaps: list[float]) 
     where unpriced). Two or more batches: the line remainder = (share - 1) c b + fixed, by Siegel's
     repeated median (per setting the median of its slopes to the others, their median, then the
     intercepts' median: one odd setting among four or more does not move it). One batch, or a line
-    that falls with the batch (noise: sharing a host never speeds compute up), cannot tell the two
-    apart: the remainder is taken as the host's share (the median of remainder / t1), no fixed
+    that falls with the batch or starts below 0 (noise: sharing a host never speeds a step up, nor is
+    a fixed cost below 0; linefit.line_fit holds t1 to the same), cannot tell the two apart: the
+    remainder is taken as the host's share (the median of remainder / t1), no fixed
     cost, which forecast the other batches of benchmarks/prediction_accuracy.py's DDP settings to
     4.6 % against 13.3 % as a fixed cost. The overlap is the settings' median."""
     x, y = np.asarray(t1s, float), np.asarray(remainders, float)
@@ -153,9 +154,10 @@ def calibrate(t1s: list[float], remainders: list[float], overlaps: list[float]) 
         for i in range(len(x))
         if (x != x[i]).any()
     ]
-    if per_point and np.median(per_point) >= 0:
-        slope = float(np.median(per_point))
-        share, fixed = 1 + slope, float(np.median(y - slope * x))
+    slope = float(np.median(per_point)) if per_point else math.nan
+    intercept = float(np.median(y - slope * x)) if per_point else math.nan
+    if slope >= 0 and intercept >= 0:
+        share, fixed = 1 + slope, intercept
     priced = [o for o in overlaps if not math.isnan(o)]
     return {
         "share": share,

@@ -86,9 +86,7 @@ def model(tables: Tables) -> Figure:
     ideal n x."""
     cells = labelled(tables["cells"])
     title = "Why not n times: the model's speedup vs the measured one"
-    from dpstudy.analysis.scaling import by_setting
-
-    table = by_setting(tables["scaling"], tables["settings"])  # measured: the settings' speedup
+    table = tables["scaling_settings"]  # measured: the settings' speedup with its interval
     table = table[table["predicted_speedup"].notna()]  # a setting the model could not calibrate
     if table.empty:
         return message("No multi-device cell finished with a baseline and a model: nothing to model.", title, cells)

@@ -3,6 +3,7 @@ exactly (tests/helpers/records.py)."""
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from helpers.records import CURRENT, comm_fit, make_record, write_records
@@ -125,40 +126,36 @@ def test_share_and_fixed_cost_come_from_two_batches_and_the_residual_names_what_
     assert slow["fixed_s"] == same["fixed_s"] and slow["sharing_s"] == same["sharing_s"]
 
 
-def test_repeats_fold_into_medians(tmp_path):
+def test_a_setting_is_broken_down_from_what_its_calibration_read(tmp_path):
+    # three repeats, the last with a slow step and a long exposed time: a median of the repeats' own rows
+    # would not add up; the setting's row takes its step from its quoted throughput (the geometric mean)
     records = [make_record(mode="single", samples_per_s=1000.0, repeat=s, suffix=f"-r{s}") for s in range(3)]
+    probes = [PROBE, PROBE, {**PROBE, "sync_step_s": 0.065}]
     records += [
-        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s, suffix=f"-r{s}")
-        for s, tput in enumerate((1400.0, 1500.0, 1900.0))
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=probe, repeat=s, suffix=f"-r{s}")
+        for s, (tput, probe) in enumerate(zip((1400.0, 1500.0, 900.0), probes, strict=True))
     ]
     tables = collect.collect(write_records(tmp_path, records), CURRENT)
     settings = stats.settings_table(tables["cells"])
-    per_setting = scaling.by_setting(model(tables), settings)
-    # THE speedup of the setting (ratio of geometric means, 1574 / 1000), not the median ratio 1.5
-    expected = stats.ratio([1400.0, 1500.0, 1900.0], [1000.0] * 3)
-    assert per_setting["measured_speedup"].tolist() == pytest.approx([expected[0]])
-    assert per_setting["measured_speedup_low"].tolist() == pytest.approx([expected[1]])
-    assert expected[0] == pytest.approx((1400 * 1500 * 1900) ** (1 / 3) / 1000)
-    assert per_setting["step_s"].item() == pytest.approx(64 / 1500)  # the median repeat's step
-
-
-def test_the_model_per_setting_is_a_table_with_fixed_columns(tmp_path):
-    """scaling_settings: by_setting with the setting's number and its largest loss in seconds."""
-    records = [make_record(mode="single", samples_per_s=1000.0, repeat=s, suffix=f"-r{s}") for s in range(2)]
-    records += [
-        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=tput, probe=PROBE, repeat=s, suffix=f"-r{s}")
-        for s, tput in enumerate((1400.0, 1600.0))
-    ]
-    tables = collect.collect(write_records(tmp_path, records), CURRENT)
-    settings = stats.settings_table(tables["cells"])
-    made = model(tables)
-    table = scaling.settings_model(made, settings)
+    table = scaling.settings_model(tables["cells"], tables["epochs"], settings, FITS)
     assert list(table.columns) == list(scaling.SETTING_MODEL_COLUMNS) and len(table) == 1
     row = table.iloc[0]
-    assert row["setting"] == settings.loc[settings["mode"] == "ddp", "setting"].item()
+    ddp = settings[settings["mode"] == "ddp"].iloc[0]
+    assert row["setting"] == ddp["setting"] and row["step_s"] == pytest.approx(64 / ddp["samples_per_s"])
+    assert row["exposed_s"] == pytest.approx(0.010)  # the repeats' median
+    assert row["residual_s"] == pytest.approx(0, abs=1e-12)  # one setting calibrates its own share
+    parts = ["t1_s", "sharing_s", "fixed_s", "exposed_s", "data_s", "transfers_s", "residual_s"]
+    assert sum(row[k] for k in parts) == pytest.approx(row["step_s"])
+    # THE speedup of the setting (ratio of geometric means), with its interval
+    expected = stats.ratio([1400.0, 1500.0, 900.0], [1000.0] * 3)
+    assert (row["measured_speedup"], row["measured_speedup_low"]) == pytest.approx(expected[:2])
+    assert row["predicted_speedup"] == pytest.approx(row["measured_speedup"])
+    # the noise: the repeats' steps' standard deviation, the baseline's share in quadrature
+    steps = [64 / t for t in (1400.0, 1500.0, 900.0)]
+    assert row["noise_s"] == pytest.approx(float(np.std(steps, ddof=1)), rel=0.01)
     assert row["largest_s"] == pytest.approx(max(row[k] for k in scaling.LOSSES if pd.notna(row[k])))
     assert row["largest_s"] == pytest.approx(row[next(k for k, v in scaling.LOSSES.items() if v == row["largest"])])
-    empty = scaling.settings_model(made.iloc[:0], settings)
+    empty = scaling.settings_model(tables["cells"].iloc[:0], tables["epochs"].iloc[:0], settings.iloc[:0])
     assert empty.empty and list(empty.columns) == list(scaling.SETTING_MODEL_COLUMNS)
 
 

@@ -25,7 +25,7 @@ from helpers.records import (
 )
 from matplotlib.collections import PathCollection
 
-from dpstudy.analysis import collect, scaling, tablefiles
+from dpstudy.analysis import collect, tablefiles
 from dpstudy.report import figures as plots
 from dpstudy.report.figures import layout
 
@@ -240,7 +240,7 @@ def test_the_model_figure_draws_the_measured_speedups_interval(tmp_path):
             *repeated([1500.0, 1620.0, 1410.0], mode="ddp", gpus=2, backend="gloo", probe=probe),
         ],
     )
-    row = scaling.by_setting(tables["scaling"], tables["settings"]).iloc[0]
+    row = tables["scaling_settings"].iloc[0]
     ddp = tables["settings"].query("mode == 'ddp'").iloc[0]  # the bar is the setting's own interval
     assert (row["measured_speedup_low"], row["measured_speedup_high"]) == (ddp["speedup_low"], ddp["speedup_high"])
     fig = plots.FIGURES["model.png"](tables)
