@@ -11,6 +11,7 @@ epochs (medians over epochs >= 2; dpstudy.analysis.step_inputs) and its forecast
                exposed_s, data_s and transfers_s are the cell's own, measured (its trace or its probe,
                step_inputs.EXPOSED_FROM: exposed_source), and t1_s, sharing_s, fixed_s the calibration's
   residual_s   step_s - predicted_s: what the model does not explain, never spread over its parts
+  traced_exposed_s  the exposed communication by the cell's trace, beside the one the model read
 
 The losses against the ideal add up to step_s - ideal_s exactly: per-device compute (t1(b) - t1(B) / n:
 a step at 1/n of the batch costs more than 1/n of the step, by the fixed costs every rank pays), the
@@ -57,6 +58,7 @@ COLUMNS = (
     "comm_s",
     "overlap",
     "exposed_source",
+    "traced_exposed_s",
     "measured_speedup",
     "predicted_speedup",
     *LOSSES,
@@ -119,6 +121,7 @@ def breakdown(cell: pd.Series, own: pd.Series, base: pd.Series, model: Calibrati
         "comm_s": comm,
         "overlap": 1 - parts["exposed_s"] / comm if comm > 0 else math.nan,
         "exposed_source": "none" if dp else own["exposed_source"],
+        "traced_exposed_s": own["traced_exposed_s"],
         "measured_speedup": cell["speedup"],
         "predicted_speedup": base["step_s"] / predicted,
         **losses,

@@ -11,6 +11,7 @@ Per cell (`cell_parts`):
                    dpstudy.engine.trace_figures) or the probe's rounds (exposed_s; older probes:
                    sync_step_s - nosync_step_s), the other where the first is missing
   exposed_source   trace, probe, or none
+  traced_exposed_s the trace's exposed communication per step whichever the model read (NaN: untraced)
   transfers_s      DP's scatter + replicate + gather per step (the probe of a dp cell)
 """
 
@@ -21,7 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
-CELL_PARTS = ("step_s", "data_step_s", "exposed_step_s", "transfers_s")
+CELL_PARTS = ("step_s", "data_step_s", "exposed_step_s", "transfers_s", "traced_exposed_s")
 # Which measurement of the exposed communication the step model reads first, per device kind. On a
 # GPU the trace times the NCCL kernels on the device, beside the compute kernels. On a CPU the two
 # disagree on what to call the compute that slows down while Gloo's threads share its cores: the trace
@@ -67,6 +68,7 @@ def cell_parts(cells: pd.DataFrame, epochs: pd.DataFrame | None) -> pd.DataFrame
     other_name = np.where(first == "trace", "probe", "trace")
     out["exposed_step_s"] = preferred.fillna(other).clip(lower=0.0)
     out["exposed_source"] = np.where(preferred.notna(), first, np.where(other.notna(), other_name, "none"))
+    out["traced_exposed_s"] = measured["trace"]
     transfers = [column(indexed, k) for k in ("scatter_s", "replicate_s", "gather_s")]
     out["transfers_s"] = sum(transfers) if transfers else math.nan
     return out

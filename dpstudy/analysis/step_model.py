@@ -137,14 +137,15 @@ def layout_of(multi: pd.DataFrame) -> dict[str, float]:
 def calibrate(t1s: list[float], remainders: list[float], overlaps: list[float]) -> dict:
     """share, fixed and overlap of one (scheme, backend, n) from its settings: `t1s` their t1(b),
     `remainders` their step - t1 - exposed - data - transfers, `overlaps` their measured overlap (NaN
-    where unpriced). Two or more batches: the line remainder = (share - 1) c b + fixed, by Siegel's
+    where unpriced). Two or more batches: the line remainder = (share - 1) t1 + fixed, by Siegel's
     repeated median (per setting the median of its slopes to the others, their median, then the
-    intercepts' median: one odd setting among four or more does not move it). One batch, or a line
-    that falls with the batch or starts below 0 (noise: sharing a host never speeds a step up, nor is
-    a fixed cost below 0; linefit.line_fit holds t1 to the same), cannot tell the two apart: the
-    remainder is taken as the host's share (the median of remainder / t1), no fixed
-    cost, which forecast the other batches of benchmarks/prediction_accuracy.py's DDP settings to
-    4.6 % against 13.3 % as a fixed cost. The overlap is the settings' median."""
+    intercepts' median: one odd setting among four or more does not move it). A share below 1 or a
+    fixed cost below 0 is kept as measured, not forced to a physical value: it says that the
+    measurements it rests on disagree (an exposed time the probe overstated), and the report marks
+    a negative part within the step's noise as noise. One batch cannot tell the two apart: the
+    remainder is taken as the host's share (the median of remainder / t1), no fixed cost, which
+    forecast the other batches of benchmarks/prediction_accuracy.py's DDP settings better than a
+    fixed cost did. The overlap is the settings' median."""
     x, y = np.asarray(t1s, float), np.asarray(remainders, float)
     share, fixed = 1.0, float(np.median(y)) if len(y) else math.nan
     if len(x) and (x > 0).all():
@@ -154,10 +155,9 @@ def calibrate(t1s: list[float], remainders: list[float], overlaps: list[float]) 
         for i in range(len(x))
         if (x != x[i]).any()
     ]
-    slope = float(np.median(per_point)) if per_point else math.nan
-    intercept = float(np.median(y - slope * x)) if per_point else math.nan
-    if slope >= 0 and intercept >= 0:
-        share, fixed = 1 + slope, intercept
+    if per_point:
+        slope = float(np.median(per_point))
+        share, fixed = 1 + slope, float(np.median(y - slope * x))
     priced = [o for o in overlaps if not math.isnan(o)]
     return {
         "share": share,

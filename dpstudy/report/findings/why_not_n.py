@@ -98,9 +98,11 @@ def why_not_n(tables: Tables) -> str:
             "per-device compute ms": losses("loss_compute_s"),
             "host share ms": losses("loss_sharing_s"),
             "fixed cost ms": losses("loss_fixed_s"),
-            "collectives ms: alone (exposed)": [
-                f"{ms(a)} ({loss_text(e, n)})"
-                for a, e, n in zip(shown["comm_s"], shown["loss_sync_s"], noise, strict=True)
+            "collectives ms: alone (exposed; traced)": [
+                f"{ms(a)} ({loss_text(e, n)}; {ms(t)})"
+                for a, e, n, t in zip(
+                    shown["comm_s"], shown["loss_sync_s"], noise, shown["traced_exposed_s"], strict=True
+                )
             ],
             "hidden by the step": shown["overlap"].map(or_na(percent)),
             "extra data wait ms": losses("loss_data_s"),
@@ -121,6 +123,6 @@ def why_not_n(tables: Tables) -> str:
             "fits (n/a without comm_bench, and for DP and HSDP); hidden by the step: 1 - exposed / alone, below 0 "
             f"where they ran slower beside compute than alone. Exposed collectives from: {exposed} (trace: the time "
             "a collective was in flight while the step neither computed nor waited for data; probe: the step with "
-            "them minus without)."
+            "them minus without); traced: the cell's trace's, beside them (n/a: not traced)."
         )
     )

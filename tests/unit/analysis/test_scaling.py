@@ -64,6 +64,7 @@ def test_the_trace_gives_the_exposed_communication_on_a_gpu_the_probe_on_a_cpu(t
     cells.loc[cells["cell"] == DDP, "trace_exposed_comm_s"] = 0.004
     row = model({**tables, "cells": cells}).iloc[0]
     assert row["exposed_source"] == "probe" and row["exposed_s"] == pytest.approx(0.010)
+    assert row["traced_exposed_s"] == pytest.approx(0.004)  # the trace's, beside it in the report
     # a CPU cell without a probe: its trace
     cells.loc[cells["cell"] == DDP, ["exposed_s", "sync_step_s", "nosync_step_s"]] = math.nan
     row = model({**tables, "cells": cells}).iloc[0]

@@ -1,7 +1,6 @@
 """The step model's parts and its calibration (dpstudy.analysis.step_model) on numbers whose answer is known."""
 
 import math
-import statistics
 
 import pytest
 
@@ -35,16 +34,15 @@ def test_one_odd_setting_among_four_moves_neither():
     assert math.isnan(made["overlap"])  # none priced (no fit): no overlap
 
 
-@pytest.mark.parametrize(
-    "t1s, remainders",
-    [
-        ([0.004], [0.002]),  # one batch: cannot tell a share from a fixed cost
-        ([0.004, 0.016], [0.004, 0.002]),  # a remainder that falls with the batch: noise
-        ([0.004, 0.016], [0.001, 0.010]),  # a line that starts below 0 (fixed -2 ms): noise
-    ],
-)
-def test_what_cannot_be_told_apart_is_taken_as_the_hosts_share(t1s, remainders):
-    made = step_model.calibrate(t1s, remainders, [0.5] * len(t1s))
-    assert made["fixed_s"] == 0
-    ratios = [r / t for r, t in zip(remainders, t1s, strict=True)]
-    assert made["share"] == pytest.approx(1 + statistics.median(ratios))
+def test_one_batch_cannot_tell_a_share_from_a_fixed_cost_and_takes_the_share():
+    made = step_model.calibrate([0.004], [0.002], [0.5])
+    assert made["share"] == pytest.approx(1.5) and made["fixed_s"] == 0
+
+
+def test_a_line_the_measurements_bend_below_physics_is_kept_as_measured():
+    # a remainder that falls with the batch (a share below 1) and one that starts below 0 (a negative fixed
+    # cost): an overstated exposed time, shown, not forced to 0 (the residual stays 0 on two settings)
+    falling = step_model.calibrate([0.004, 0.016], [0.004, 0.002], [0.5, 0.5])
+    assert falling["share"] == pytest.approx(1 - 1 / 6) and falling["fixed_s"] == pytest.approx(0.004 + 0.004 / 6)
+    negative = step_model.calibrate([0.004, 0.016], [0.001, 0.010], [0.5, 0.5])
+    assert negative["share"] == pytest.approx(1.75) and negative["fixed_s"] == pytest.approx(-0.002)

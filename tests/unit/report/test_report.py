@@ -182,7 +182,7 @@ def test_the_model_names_the_largest_loss(tmp_path):
     # (what the step leaves) + 10.0 exposed + 1.49 extra data wait; no fits, so the collectives alone n/a
     assert (
         "| synthetic/lenet, DDP (gloo) on 2 devices at batch 64 | 1.50x | 1.50x | 42.7 (32.0) | n/a | 0 | "
-        "-0.827 (noise unknown: one run) | 0 | n/a (10.0) | n/a | 1.49 | n/a | 0 |"
+        "-0.827 (noise unknown: one run) | 0 | n/a (10.0; n/a) | n/a | 1.49 | n/a | 0 |"
     ) in text
     assert "Exposed collectives from: probe" in text
     assert findings.why_not_n(tables_of(tmp_path / "none", [make_record(mode="single")])).startswith(
