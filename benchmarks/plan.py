@@ -1,9 +1,13 @@
-"""Time the dry run (`snakemake -n`) of a generated 1,000-cell study.
+"""Time the dry run (`snakemake -n`) of a generated study: 1,000 cells by default.
 
-    .venv/bin/python benchmarks/plan.py [--cells-per-sweep 250] [--sweeps 4]
+    .venv/bin/python benchmarks/plan.py [--sweeps 4] [--lrs 10]
+    .venv/bin/python benchmarks/plan.py --sweeps 5 --lrs 80      # 10,000 cells
 
-Target on the 2-core development machine: at most 10 s for 1,000 cells. Prints the measured
-seconds, the number of train jobs Snakemake planned and the ratio to the target.
+Each sweep trains one of MODELS (sweeps beyond five repeat a model's cells, which the study
+deduplicates) over 25 cells per learning rate. Targets on the 2-core development machine
+(TARGETS): at most 10 s for 1,000 cells, 30 s for 10,000 (issue 52). Prints the measured seconds,
+the number of train jobs Snakemake planned and the ratio to the target of the largest size at or
+below it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-TARGET_S = 10.0
+TARGETS = {1000: 10.0, 10000: 30.0}  # cells: seconds at most
 MODELS = ("lenet", "vgg_bn", "resnet18", "simplecnn", "vgg19")
 
 
@@ -72,7 +76,10 @@ def main() -> int:
         return 1
     planned = re.search(r"^train\s+(\d+)", proc.stdout + proc.stderr, re.M)
     cells = int(planned.group(1)) if planned else -1
-    print(f"dry run of {cells} cells: {seconds:.2f} s (target {TARGET_S:.0f} s, ratio {seconds / TARGET_S:.2f})")
+    size = max((s for s in TARGETS if s <= cells), default=min(TARGETS))
+    target = TARGETS[size]
+    ratio = seconds / target
+    print(f"dry run of {cells} cells: {seconds:.2f} s (target at {size:,} cells {target:.0f} s, ratio {ratio:.2f})")
     return 0
 
 
