@@ -87,8 +87,7 @@ def summarise(
     cells, epochs = utilisation.with_utilisation(tables["cells"], floor), tables["epochs"]
     settings = utilisation.settings_with_utilisation(stats.settings_table(cells), cells)
     fits = comm_fit.fit_table(comm if comm is not None else pd.DataFrame())
-    model = scaling.model(cells, epochs, settings, fits)
-    model_by_setting = scaling.settings_model(cells, epochs, settings, fits, model)
+    model, model_by_setting = scaling.tables(cells, epochs, settings, fits)
     forecasts = forecast_table.forecasts(
         settings, cells, fits, requests or [], tables["memory_split"], budget_gib, epochs
     )

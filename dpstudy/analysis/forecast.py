@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from dpstudy.analysis.keys import SETTING_KEYS
@@ -58,11 +57,11 @@ class Calibration:
 
     def __init__(self, single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame):
         self.batches = sorted(single["global_batch"].astype(float))
-        waits = single["data_step_s"].fillna(0.0) if "data_step_s" in single else 0.0
+        waits = single.get("data_step_s", pd.Series(0.0, index=single.index)).fillna(0.0)
         steps = single["global_batch"] / single["samples_per_s"] - waits
         self.single = dict(zip(single["global_batch"].astype(float), steps))
         # one device's waiting for data per step, which a one-device forecast adds back
-        self.data_s = float(np.median(waits)) if len(single) and not np.isscalar(waits) else 0.0
+        self.data_s = float(waits.median()) if len(waits) else 0.0
         # CUDA: the host's launches and the device's work overlap (linefit.StepTime)
         overlapped = bool((single["env_device"] == "cuda").all()) if "env_device" in single else False
         self.step_time = StepTime.fit(self.single, self.single.values(), overlapped)

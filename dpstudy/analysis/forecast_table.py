@@ -61,6 +61,7 @@ def calibration_inputs(
     split: pd.DataFrame | None = None,
     epochs: pd.DataFrame | None = None,
     schemes=tuple(MESSAGES),
+    parts: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(single-device settings, settings over 2+ ranks of `schemes` with their `scheme`
     (step_model.scheme_of), the medians of their cells' probes and the step model's parts
@@ -69,13 +70,14 @@ def calibration_inputs(
     them)). Both carry `memory_mb`,
     the tracker's peak, `outside_mb`, what a CUDA allocator held beyond it, and `held_mb`, their sum
     (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN without
-    it). A setting without a measured exposed communication (DP excepted) does not calibrate."""
+    it). A setting without a measured exposed communication (DP excepted) does not calibrate.
+    `parts`: cell_parts(cells, epochs) where the caller made them already."""
     settings = settings.assign(
         memory_mb=setting_memory(settings, split),
         outside_mb=outside_tracker(settings, split),
         held_mb=held_memory(settings, split),
     )
-    settings = setting_parts(settings, cell_parts(cells, epochs))
+    settings = setting_parts(settings, cell_parts(cells, epochs) if parts is None else parts)
     single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
     multi = settings[settings["mode"].isin(["ddp", "fsdp", "dp"]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)

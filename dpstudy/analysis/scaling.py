@@ -23,6 +23,7 @@ their comm_fit lines, overlap = 1 - exposed_s / comm_s (below 0: slower beside c
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -67,10 +68,12 @@ COLUMNS = (
 )
 
 
-def calibrations(settings: pd.DataFrame, cells: pd.DataFrame, epochs: pd.DataFrame, fits: pd.DataFrame) -> dict:
+def calibrations(
+    settings: pd.DataFrame, cells: pd.DataFrame, epochs: pd.DataFrame, fits: pd.DataFrame, parts: pd.DataFrame
+) -> dict:
     """Per forecast group (its values as baseline.baseline_key makes them, missing ones None): its
     Calibration over every one of its settings, DP and HSDP included."""
-    single, multi = calibration_inputs(settings, cells, None, epochs, SCHEMES)
+    single, multi = calibration_inputs(settings, cells, None, epochs, SCHEMES, parts)
     out = {}
     for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
         singles = group_of(single, key)
@@ -129,61 +132,68 @@ def breakdown(cell: pd.Series, own: pd.Series, base: pd.Series, model: Calibrati
     }
 
 
-def no_fits(fits: pd.DataFrame | None) -> pd.DataFrame:
-    return fits if fits is not None else pd.DataFrame(columns=["collective", "backend", "device", "world_size"])
+@dataclass(frozen=True)
+class Inputs:
+    """What both tables read, made once (`inputs`): the cells' parts (step_inputs.cell_parts), each
+    forecast group's Calibration (`calibrations`) and the timed single-device cells' Baselines."""
+
+    parts: pd.DataFrame
+    models: dict
+    baselines: Baselines
 
 
-def model(
-    cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """One row per finished multi-device cell that has a finished baseline (see the docstring)."""
+def inputs(cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits: pd.DataFrame | None) -> Inputs:
     parts = cell_parts(cells, epochs)
+    timed = cells[cells["cell"].isin(parts.index[parts["step_s"].notna()])]
+    fits = fits if fits is not None else pd.DataFrame(columns=["collective", "backend", "device", "world_size"])
+    return Inputs(parts, calibrations(settings, cells, epochs, fits, parts), Baselines(timed))
+
+
+def cell_rows(cells: pd.DataFrame, made: Inputs) -> pd.DataFrame:
+    """One row per finished multi-device cell that has a finished baseline (see the docstring)."""
+    parts = made.parts
     ok = cells[cells["status"] == "ok"]
-    timed = parts.index[parts["step_s"].notna()]
-    multi = ok[(ok["devices"] > 1) & ok["cell"].isin(timed)]
-    if multi.empty:
-        return pd.DataFrame(columns=list(COLUMNS))
-    models = calibrations(settings, cells, epochs, no_fits(fits))
-    baselines = Baselines(cells[cells["cell"].isin(timed)])
+    multi = ok[(ok["devices"] > 1) & ok["cell"].isin(parts.index[parts["step_s"].notna()])]
     rows = []
     for _, cell in multi.iterrows():
-        base = baselines.of(cell)
+        base = made.baselines.of(cell)
         if base.empty:
             continue
         base_parts = parts.loc[base["cell"], ["step_s", "data_step_s"]].median()
-        found = models.get(baseline_key(cell[k] for k in FORECAST_GROUP))
+        found = made.models.get(baseline_key(cell[k] for k in FORECAST_GROUP))
         row = breakdown(cell, parts.loc[cell["cell"]], base_parts, found)
         row["base_sd_s"] = base["cell"].map(parts["step_s"]).std(ddof=1)  # NaN for one baseline run
         rows.append(row)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def setting_rows(cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits) -> pd.DataFrame:
+def model(
+    cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The `scaling` table: cell_rows."""
+    return cell_rows(cells, inputs(cells, epochs, settings, fits))
+
+
+def setting_rows(settings: pd.DataFrame, made: Inputs) -> pd.DataFrame:
     """The breakdown of every multi-device setting from the numbers its calibration read: its step as
     its quoted throughput gives it (the global batch / the geometric mean of its repeats'), the
     medians of its repeats' exposed communication, data wait and transfers; the baseline's step
     from the speedup's baseline throughput. Medians of the repeats' own rows would not add up: a
     median of differences is not the difference of medians. `cell` holds the setting's number."""
-    if settings.empty:
-        return pd.DataFrame(columns=list(COLUMNS))
-    parts = cell_parts(cells, epochs)
+    parts = made.parts
     own = setting_parts(settings, parts)
     own["step_s"] = own["global_batch"] / own["samples_per_s"]
     multi = own[(own["devices"] > 1) & own["speedup"].notna() & own["step_s"].notna()]
-    if multi.empty:
-        return pd.DataFrame(columns=list(COLUMNS))
-    models = calibrations(settings, cells, epochs, no_fits(fits))
-    baselines = Baselines(cells[cells["cell"].isin(parts.index[parts["step_s"].notna()])])
     rows = []
     for _, setting in multi.iterrows():
-        base_cells = baselines.of(setting)["cell"]
+        base_cells = made.baselines.of(setting)["cell"]
         base = pd.Series(
             {
                 "step_s": setting["global_batch"] * setting["speedup"] / setting["samples_per_s"],
                 "data_step_s": parts.loc[base_cells, "data_step_s"].median() if len(base_cells) else math.nan,
             }
         )
-        found = models.get(baseline_key(setting[k] for k in FORECAST_GROUP))
+        found = made.models.get(baseline_key(setting[k] for k in FORECAST_GROUP))
         row = breakdown(setting.rename({"setting": "cell"}), setting, base, found)
         row["base_sd_s"] = parts.loc[base_cells, "step_s"].std(ddof=1) if len(base_cells) else math.nan
         rows.append(row)
@@ -231,23 +241,27 @@ SETTING_MODEL_COLUMNS = (
 )
 
 
-def settings_model(
-    cells: pd.DataFrame,
-    epochs: pd.DataFrame,
-    settings: pd.DataFrame,
-    fits: pd.DataFrame | None = None,
-    table: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """The `scaling_settings` table: setting_rows with the setting's number (`setting`), the measured
-    speedup's interval and the noise (with_noise, over `table`: model's per-cell rows, made here when
-    None), `largest` the largest of its losses and `largest_s` its seconds (NaN when none was
-    measured), in fixed columns."""
-    out = setting_rows(cells, epochs, settings, fits)
+def tables(
+    cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the `scaling` table, the `scaling_settings` table) from one set of Inputs. scaling_settings:
+    setting_rows with the setting's number (`setting`), the measured speedup's interval and the
+    noise (with_noise), `largest` the largest of its losses and `largest_s` its seconds (NaN when
+    none was measured), in fixed columns."""
+    made = inputs(cells, epochs, settings, fits)
+    table = cell_rows(cells, made)
+    out = setting_rows(settings, made) if not settings.empty else pd.DataFrame(columns=list(COLUMNS))
     if out.empty:
-        return pd.DataFrame(columns=list(SETTING_MODEL_COLUMNS))
-    table = model(cells, epochs, settings, fits) if table is None else table
+        return table, pd.DataFrame(columns=list(SETTING_MODEL_COLUMNS))
     out = with_noise(out, table, settings)
     out["setting"] = out["cell"].astype(int)
     out["largest"] = out[list(LOSSES)].fillna(-math.inf).idxmax(axis=1).map(LOSSES)
     out["largest_s"] = out[list(LOSSES)].max(axis=1, skipna=True)
-    return out[list(SETTING_MODEL_COLUMNS)]
+    return table, out[list(SETTING_MODEL_COLUMNS)]
+
+
+def settings_model(
+    cells: pd.DataFrame, epochs: pd.DataFrame, settings: pd.DataFrame, fits: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The `scaling_settings` table (`tables`)."""
+    return tables(cells, epochs, settings, fits)[1]

@@ -403,3 +403,18 @@ def comm_bench(latency_s: float = 1e-4, bandwidth_gbps: float = 0.5) -> pd.DataF
         for size in sizes
     ]
     return pd.DataFrame(rows)
+
+
+# DDP's probe of ddp_pair: a step with its all-reduce 45 ms, without 35 ms (10 ms exposed), the
+# all-reduce alone 20 ms, LeNet's 4e5 bytes of gradients
+DDP_PAIR_PROBE = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
+
+
+def ddp_pair() -> list[dict[str, Any]]:
+    """One device at batch 64 (1,000 samples/s: a 64 ms step, 2 % waiting for data) and DDP over Gloo
+    on 2 ranks at the same global batch (1,500/s: a 42.7 ms step, 5 % waiting) with DDP_PAIR_PROBE:
+    the step model's parts of it are known exactly (tests/unit/analysis/test_scaling.py)."""
+    return [
+        make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
+        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=DDP_PAIR_PROBE),
+    ]

@@ -9,7 +9,7 @@ import statistics
 
 import pandas as pd
 import pytest
-from helpers.records import CURRENT, SAMPLES, cells_frame, make_record, make_util, write_records
+from helpers.records import CURRENT, SAMPLES, cells_frame, ddp_pair, make_record, make_util, write_records
 
 from dpstudy.analysis import collect, comparisons, pivots, scaling, stats, summary, tablefiles
 from dpstudy.study import outputs
@@ -371,14 +371,7 @@ def test_pivot_medians_and_varied_keys(tmp_path):
 
 
 def test_model_per_setting_names_the_largest_loss_in_seconds(tmp_path):
-    probe = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
-    tables = tables_of(
-        tmp_path,
-        [
-            make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
-            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=probe),
-        ],
-    )
+    tables = tables_of(tmp_path, ddp_pair())
     row = tables["scaling_settings"].iloc[0]
     assert row["setting"] == setting(tables, mode="ddp")["setting"]
     assert row["largest"] == scaling.LOSSES["loss_sync_s"]

@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.records import CURRENT, comm_fit, make_record, write_records
+from helpers.records import CURRENT, DDP_PAIR_PROBE, comm_fit, ddp_pair, make_record, write_records
 
 from dpstudy.analysis import collect, scaling, stats, step_inputs
 
-PROBE = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
+PROBE = DDP_PAIR_PROBE  # a step with its all-reduce 45 ms, without 35 ms
 # the all-reduce of 4e5 B between 2 Gloo ranks at 0.02 GB/s: 20 ms
 FITS = pd.DataFrame([comm_fit(0.0, 0.02)])
 DDP = "synthetic-lenet-ddp-g2-b64-gloo"
@@ -18,13 +18,7 @@ DDP = "synthetic-lenet-ddp-g2-b64-gloo"
 
 @pytest.fixture
 def tables(tmp_path):
-    # single at 64: 1000 samples/s -> a 64 ms step, 2 % of it waiting for data
-    # ddp g2 at a global 64: 1500/s -> a 42.7 ms step, 5 % waiting; the probe: 10 ms exposed
-    records = [
-        make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
-        make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=PROBE),
-    ]
-    return collect.collect(write_records(tmp_path, records), CURRENT)
+    return collect.collect(write_records(tmp_path, ddp_pair()), CURRENT)  # its probe: 10 ms exposed
 
 
 def model(tables, fits=FITS):

@@ -15,6 +15,7 @@ from helpers.records import (
     NCCL_REASON,
     OOM_REASON,
     comm_bench,
+    ddp_pair,
     make_record,
     make_util,
     run_report,
@@ -164,14 +165,7 @@ def test_intra_and_inter_node_scaling_at_equal_world_size(tmp_path):
 
 
 def test_the_model_names_the_largest_loss(tmp_path):
-    probe = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
-    tables = tables_of(
-        tmp_path,
-        [
-            make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
-            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=probe),
-        ],
-    )
+    tables = tables_of(tmp_path, ddp_pair())
     text = findings.why_not_n(tables)  # see test_scaling: 10 ms of the all-reduce exposed
     assert (
         "- synthetic/lenet, DDP (gloo) on 2 devices at batch 64: measured 1.50x, step model 1.50x of an ideal 2x. "
@@ -632,14 +626,7 @@ def test_records_collect_could_not_read_are_listed_with_how_to_rerun_them(tmp_pa
 
 
 def test_the_traced_step_stands_beside_the_step_models_breakdown(tmp_path):
-    probe = {"steps": 8, "sync_step_s": 0.045, "nosync_step_s": 0.035, "allreduce_s": 0.020, "grad_bytes": 400_000}
-    tables = tables_of(
-        tmp_path,
-        [
-            make_record(mode="single", samples_per_s=1000.0, wait_frac=0.02),
-            make_record(mode="ddp", gpus=2, backend="gloo", samples_per_s=1500.0, wait_frac=0.05, probe=probe),
-        ],
-    )
+    tables = tables_of(tmp_path, ddp_pair())
     cells = tables["cells"].copy()
     ddp = cells["mode"] == "ddp"
     traced = {"trace_step_s": 0.0512, "trace_compute_s": 0.030, "trace_exposed_comm_s": 0.012}
