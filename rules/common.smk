@@ -12,7 +12,8 @@ from dpstudy.study import outputs, sweeps
 from dpstudy.record.envinfo import torch_version
 from dpstudy.record.provenance import code_files, native_files
 from dpstudy.util.errors import ConfigError
-from dpstudy.workflow import process
+from dpstudy.jobs import plan_file
+from dpstudy.workflow import estimates, process, submission
 from dpstudy.workflow.planning import load_study
 
 process.prepare(workflow.basedir)
@@ -64,7 +65,69 @@ def cell_threads(wildcards):
 
 def cell_resource(name):
     """The train rule's resource `name` of a cell (dpstudy.study.resources computes them all)."""
-    return lambda wildcards: STUDY.cell_resources(wildcards.cell)[name]
+    return lambda wildcards: STUDY.cell_resources(wildcards.cell, packing_on())[name]
+
+
+_PACKING = (
+    []
+)  # decided once, when the jobs are made: the run's settings are not known before
+
+
+def packing_on():
+    """Whether this run packs train cells into jobs (dpstudy.workflow.submission): the planning
+    process of a run whose profile asks for it (profiles/slurm), never a job's own Snakemake.
+    """
+    if not _PACKING:
+        asked = (
+            workflow.group_settings.group_components.get(submission.PACK_GROUP, 1) > 1
+        )
+        on = asked and not workflow.remote_exec
+        if on:
+            local = {
+                name
+                for name in workflow.global_resources
+                if workflow.resource_scopes.is_local(name)
+            }
+            missing = submission.missing_profile_settings(
+                workflow.group_settings.group_components,
+                workflow.global_resources,
+                local,
+            )
+            if missing:
+                raise WorkflowError(
+                    "packing train cells into jobs (--group-components "
+                    f"{submission.PACK_GROUP}=N) also needs these settings: {'; '.join(missing)}"
+                    " (profiles/slurm has them; a --resources on the command line replaces its list)"
+                )
+            if any(STUDY.submission.groups.values()):
+                # A retried pack would rerun its finished cells: a packed cell keeps its own time
+                # limit instead (dpstudy.jobs.launch), which is what the retry was for.
+                workflow.get_rule("train").restart_times = 0
+            logger.info(f"dpstudy: {STUDY.submission.summary()}")
+        _PACKING.append(on)
+    return _PACKING[0]
+
+
+def cell_group(wildcards):
+    """The cell's pack, in a run that packs (None: a job of its own)."""
+    if not packing_on():
+        return None
+    pack = STUDY.submission.groups[wildcards.cell]
+    if (
+        pack is not None
+    ):  # as Snakemake does for a group named with wildcards: one parent id for all
+        workflow.parent_groupids[pack] = submission.PACK_GROUP
+    return pack
+
+
+onstart:
+    process.tell_keep_going(workflow.execution_settings.keep_going)
+    # each cell's estimate and pack, where its job reads them (its record keeps them)
+    plan_file.write(
+        estimates.plan_entries(
+            STUDY.estimates, STUDY.submission.groups if packing_on() else None
+        )
+    )
 
 
 def floor_threads(wildcards):

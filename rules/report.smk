@@ -5,12 +5,8 @@ FIGURE_FILES = outputs.figure_files()
 
 # `--keep-going` (profiles/default sets it): collect, a local rule that inherits this, lists an
 # unreadable record and collects the rest, so the report is still made; without it collect stops
-# at that record. Read when the run starts (the settings are not known while the Snakefile is
+# at that record. Read when the run starts (onstart, rules/common.smk: the settings are not known while the Snakefile is
 # parsed); an environment variable, not a param, so flipping the flag reruns nothing.
-onstart:
-    process.tell_keep_going(workflow.execution_settings.keep_going)
-
-
 rule collect:
     input:
         records=STUDY.records,

@@ -20,6 +20,9 @@ rule train:
     benchmark:
         f"{outputs.cell_dir('{cell}')}/benchmark.tsv"
     priority: cell_priority
+    # A run that packs (profiles/slurm) names the cell's pack: its cells are one scheduler job.
+    group:
+        cell_group
     conda:
         "../envs/train.yaml"
     threads: cell_threads
@@ -39,6 +42,8 @@ rule train:
         mpi=cell_resource("mpi"),
         node_gpus=cell_resource("node_gpus"),
         node_cores=cell_resource("node_cores"),
+        # one per group job (profiles/slurm: scope local): a pack's cells run one after another
+        pack_slot=cell_resource("pack_slot"),
         # A retry (cluster profiles: retries 1) turns the scheduler's verdict on the attempt
         # it stopped into a failed record; see dpstudy.jobs.launch.
         attempt=lambda wc, attempt: attempt,

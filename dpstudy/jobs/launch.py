@@ -14,8 +14,11 @@ The train rule execs this (G and C per node). It
   dpstudy.jobs.gpus.job_environment's);
 - gives every process of the cell the study's memory allocator (dpstudy.util.allocator: a
   preloaded jemalloc or tcmalloc, or glibc told to keep its memory), found on this node;
-- outside SLURM, stops the cell at its time limit (--limit-s, the study's runtime_min) and records
-  it failed with why (dpstudy.jobs.timelimit): the local executor has no limit of its own;
+- outside SLURM, and inside SLURM where the cell shares its job with others (a pack, whose limit
+  is the sum of its cells': dpstudy.workflow.submission), stops the cell at its time limit
+  (--limit-s, the study's runtime_min) and records it failed with why (dpstudy.jobs.timelimit);
+- tells every process of the cell its pack and its estimated wall time (results/plan/cells.json,
+  written when the run started), which its record keeps;
 - dies with its parent and takes its child along (dpstudy.util.lifeline). On SIGTERM, SIGINT or
   SIGHUP (a cancelled job, a time limit, Ctrl-C) it stops the child and leaves no record: the
   cell is not finished and the next run reruns it;
@@ -47,11 +50,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-from dpstudy.jobs import exits, slurm, timelimit
+from dpstudy.jobs import exits, plan_file, slurm, timelimit
 from dpstudy.jobs import gpus as gpu_pool
 from dpstudy.jobs.cell_command import TORCHRUN_LOGS, command
 from dpstudy.record import fields as record
-from dpstudy.record.envinfo import fallback_environment
+from dpstudy.record.envinfo import ESTIMATE_ENV, PACK_ENV, fallback_environment
 from dpstudy.study.resources import processes_per_node
 from dpstudy.study.spec import gap_before_start
 from dpstudy.util import allocator
@@ -78,6 +81,10 @@ class Launcher:
         self.child: subprocess.Popen | None = None
         self.stopped_by: int | None = None
         self.t0 = time.time()
+        self.plan = plan_file.read(args.cell)
+        # Every process of the cell, the launcher's own records too, says how it was planned.
+        os.environ[PACK_ENV] = self.plan.get("pack") or ""
+        os.environ[ESTIMATE_ENV] = str(self.plan.get("estimate_s") or "")
 
     def say(self, message: str) -> None:
         print(f"[dpstudy] {message}", file=self.log, flush=True)
@@ -140,14 +147,17 @@ class Launcher:
                     "job_id": job,
                     "stdout": slurm.stdout_path(job) if job else None,
                     "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+                    "pack": self.plan.get("pack"),
                 },
             )
             self.say(f"running: {' '.join(argv[:12])}{' ...' if len(argv) > 12 else ''}")
             self.child = subprocess.Popen(
                 argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=child_dies_with_us(signal.SIGTERM)
             )
-            # SLURM keeps the limit itself (the retry records it): the launcher keeps it elsewhere.
-            code, over = timelimit.wait(self.child, None if job else self.args.limit_s, self.t0)
+            # SLURM keeps a job's limit itself (the retry records it): the launcher keeps it elsewhere,
+            # and for a packed cell, whose job's limit is the pack's.
+            own_limit = not job or self.plan.get("pack")
+            code, over = timelimit.wait(self.child, self.args.limit_s if own_limit else None, self.t0)
         shutil.rmtree(self.out / TORCHRUN_LOGS, ignore_errors=True)  # a killed run's too, the next time
         if self.stopped_by is not None:
             return self.finish_stopped()

@@ -38,8 +38,10 @@ def group_name(nodes: int, index: int) -> str:
     return f"pack-{nodes}n-{index}"
 
 
-def pack(cells: Sequence[Packable], minutes_per_job: float) -> dict[str, str | None]:
-    """Each cell's group (group_name), None for a cell that is a job of its own (see the docstring)."""
+def pack(cells: Sequence[Packable], minutes_per_job: float, fill: bool = True) -> dict[str, str | None]:
+    """Each cell's group (group_name), None for a cell that is a job of its own (see the docstring).
+    fill=False packs the short cells of a node count even where they would not fill one job (a
+    limit on the jobs asks for it)."""
     if not minutes_per_job > 0:
         raise ValueError(f"minutes_per_job must be a number of minutes above 0, not {minutes_per_job!r}")
     bad = [c.cell for c in cells if not c.minutes >= 0]
@@ -49,9 +51,9 @@ def pack(cells: Sequence[Packable], minutes_per_job: float) -> dict[str, str | N
     for nodes in sorted({c.nodes for c in cells}):
         short = [c for c in cells if c.nodes == nodes and c.minutes < minutes_per_job]
         total = sum(c.minutes for c in short)
-        if total < minutes_per_job:
+        if not short or (fill and total < minutes_per_job):
             continue  # they would not fill one job between them
-        count = math.ceil(total / minutes_per_job)
+        count = max(1, math.ceil(total / minutes_per_job))
         loads = [0.0] * count
         settings: list[set[str]] = [set() for _ in range(count)]
         for cell in short:
@@ -70,3 +72,26 @@ def groups(packed: dict[str, str | None]) -> dict[str, list[str]]:
         if group is not None:
             out.setdefault(group, []).append(cell)
     return out
+
+
+def within_jobs(
+    cells: Sequence[Packable], minutes_per_job: float, max_jobs: int | None
+) -> tuple[dict[str, str | None], float]:
+    """pack() with minutes_per_job raised (by half each time) until the cells take at most
+    `max_jobs` jobs (None: no limit): (the packing, the minutes per job it took). ValueError when
+    even one job per node count is too many."""
+    shapes = len({c.nodes for c in cells})
+    if max_jobs is not None and shapes > max_jobs:
+        raise ValueError(
+            f"the cells need at least {shapes} jobs (one per node count), more than the {max_jobs} allowed"
+        )
+    packed, minutes = pack(cells, minutes_per_job), minutes_per_job
+    while max_jobs is not None and jobs(packed) > max_jobs:
+        minutes *= 1.5
+        packed = pack(cells, minutes, fill=False)  # fewer jobs with every step: at last one per node count
+    return packed, minutes
+
+
+def jobs(packed: dict[str, str | None]) -> int:
+    """How many scheduler jobs the packing submits: one per group and one per cell of its own."""
+    return len(groups(packed)) + sum(group is None for group in packed.values())

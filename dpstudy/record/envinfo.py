@@ -104,13 +104,21 @@ def rank_host(rank: int, local_rank: int) -> dict:
     }
 
 
+# What the launcher tells every process of the cell about how it was planned (dpstudy.workflow.estimates).
+PACK_ENV, ESTIMATE_ENV = "DPSTUDY_PACK", "DPSTUDY_ESTIMATE_S"
+
+
 def job_info() -> dict:
-    """The scheduler's view of this job: SLURM's job id, and the GPUs it was given."""
+    """The scheduler's view of this job: SLURM's job id, the GPUs it was given, the pack it ran
+    in and the cell's estimated wall time."""
     slurm_job = os.environ.get("SLURM_JOB_ID")
+    estimate = os.environ.get(ESTIMATE_ENV)
     return {
         "scheduler": "slurm" if slurm_job else "local",
         "job_id": slurm_job,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "pack": os.environ.get(PACK_ENV) or None,
+        "estimated_s": float(estimate) if estimate else None,
     }
 
 

@@ -224,6 +224,14 @@ JOB_FIELDS = {
     "cuda_visible_devices": field(
         MAYBE_STRING, "CUDA_VISIBLE_DEVICES as the job's ranks saw it (their GPU slots); null when unset."
     ),
+    "pack": field(
+        MAYBE_STRING,
+        "The pack (scheduler job shared with other cells, one after another) the cell ran in; null for a job of"
+        " its own or a run that packs nothing (docs/cluster.md).",
+    ),
+    "estimated_s": field(
+        MAYBE_NUMBER, "The cell's wall time as estimated before the run (dpstudy.jobs.plan_file); null if none."
+    ),
 }
 ENV_FIELDS = {
     "torch": field(

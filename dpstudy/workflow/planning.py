@@ -25,7 +25,7 @@ from dpstudy.study import forecast_requests, outputs, resources, sweeps
 from dpstudy.study.spec import gap_before_start
 from dpstudy.study.sweeps import Cell, JsonDict
 from dpstudy.util import allocator
-from dpstudy.workflow import traces, usercheck, windows
+from dpstudy.workflow import estimates, submission, traces, usercheck, windows
 
 
 @dataclass
@@ -110,10 +110,26 @@ class Study:
 
     # ---- a cell's job ------------------------------------------------------------------------
 
-    def cell_resources(self, cell_id: str) -> dict[str, Any]:
-        """The train job's resources (dpstudy.study.resources.train_resources)."""
+    def cell_resources(self, cell_id: str, packing: bool = False) -> dict[str, Any]:
+        """The train job's resources (dpstudy.study.resources.train_resources); in a run that packs
+        (`packing`), a packed cell's also take its pack slot and a minute for its launch and stop."""
         cell = self.cell(cell_id)
-        return resources.train_resources(cell.spec, cell.resources, self.gpu_jobs)
+        out = resources.train_resources(cell.spec, cell.resources, self.gpu_jobs)
+        packed = packing and self.submission.groups[cell_id] is not None
+        out[submission.PACK_SLOT] = 1 if packed else None
+        if packed:
+            out["runtime"] += submission.PACK_MARGIN_MIN
+        return out
+
+    @cached_property
+    def estimates(self) -> dict[str, estimates.Estimate]:
+        """Each cell's estimated wall time (dpstudy.workflow.estimates)."""
+        return estimates.estimates(self.cells, self.config["cluster"]["cell_minutes"], self.trains)
+
+    @cached_property
+    def submission(self) -> submission.Submission:
+        """How a run that packs submits the cells (dpstudy.workflow.submission), within the site's limits."""
+        return submission.plan(self.cells, self.config["cluster"], self.estimates, submission.site_limit())
 
     def trains(self, cell_id: str) -> bool:
         """Whether the cell's job starts torch (its launcher skips the others without)."""

@@ -4,6 +4,7 @@ The launcher runs in a subprocess with its training command replaced by a small 
 so every ending (a record, none, a signal, a dead parent) is exercised for real in milliseconds.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from dpstudy.jobs import cell_command, slurm, timelimit
+from dpstudy.jobs import cell_command, plan_file, slurm, timelimit
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.spec import complete
@@ -81,6 +82,7 @@ def start_launcher(
     parent: bool = False,
     spec: dict = SINGLE,
     extra: tuple[str, ...] = (),
+    cwd: Path = REPO,
 ) -> subprocess.Popen:
     """The launcher with `child` (Python source) as its training command. parent=True puts a
     sleeping Python process between the test and the launcher (its pid is printed first)."""
@@ -119,7 +121,7 @@ def start_launcher(
             "print(p.pid, flush=True); time.sleep(600)",
             *argv,
         ]
-    return subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    return subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, text=True, cwd=cwd)
 
 
 def wait_for(path: Path, timeout: float = 20) -> None:
@@ -207,6 +209,38 @@ def test_a_child_past_the_time_limit_is_stopped_and_recorded_failed_with_its_pro
     )
     assert 3 <= took < 3 + 8  # the limit counts from the launcher's start, SIGTERM ends the child
     assert not alive(int((tmp_path / "cell/child.pid").read_text()))
+
+
+def test_a_packed_cell_keeps_its_own_limit_inside_its_slurm_job_and_its_record_says_how_it_was_planned(tmp_path):
+    # The pack's job has the sum of its cells' limits: the launcher stops its own cell at the cell's.
+    work = tmp_path / "work"
+    work.mkdir()
+    with contextlib.chdir(work):
+        plan_file.write({"c": {"pack": "pack-1n-3", "estimate_s": 42.0, "source": "setting"}})
+    started = time.monotonic()
+    proc = start_launcher(tmp_path, PROGRESSING_SLEEPER, extra=("--limit-s", "3"), env={"SLURM_JOB_ID": "77"}, cwd=work)
+    assert proc.wait(timeout=30) == 0 and time.monotonic() - started < 3 + 8
+    rec = record.read(tmp_path / "cell/record.json")
+    assert rec["status"] == "failed" and rec["reason"].startswith("stopped at its time limit of 3 s")
+    assert rec["env"]["job"] | {"cuda_visible_devices": None} == {
+        "scheduler": "slurm",
+        "job_id": "77",
+        "cuda_visible_devices": None,
+        "pack": "pack-1n-3",
+        "estimated_s": 42.0,
+    }
+    attempt = json.loads((tmp_path / "cell/attempt.json").read_text())
+    assert attempt["pack"] == "pack-1n-3" and attempt["job_id"] == "77"
+
+
+def test_a_cell_of_its_own_leaves_its_limit_to_slurm(tmp_path):
+    proc = start_launcher(
+        tmp_path, PROGRESSING_SLEEPER, extra=("--limit-s", "1"), env={"SLURM_JOB_ID": "78"}, cwd=tmp_path
+    )
+    with pytest.raises(subprocess.TimeoutExpired):  # past its limit, still running: SLURM's to stop
+        proc.wait(timeout=4)
+    proc.terminate()
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM and not (tmp_path / "cell/record.json").exists()
 
 
 def test_a_record_written_before_the_limit_stands(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpstudy.jobs.packing import Packable, groups, pack
+from dpstudy.jobs.packing import Packable, groups, jobs, pack, within_jobs
 
 
 def study(settings: int, repeats: int, minutes: float = 1.0, nodes: int = 1, prefix: str = "s") -> list[Packable]:
@@ -59,3 +59,21 @@ def test_a_bad_minutes_per_job_is_named(minutes_per_job):
 def test_a_cell_without_an_estimate_is_named():
     with pytest.raises(ValueError, match="s1-r0"):
         pack([Packable("s0-r0", "s0", 1, 1.0), Packable("s1-r0", "s1", 1, float("nan"))], 10)
+
+
+def test_a_limit_on_jobs_packs_more_cells_per_job_and_says_how_long_they_became():
+    cells = study(20, 3)  # 60 one-minute cells: 6 jobs of 10 minutes
+    packed, minutes = within_jobs(cells, minutes_per_job=10, max_jobs=4)
+    assert jobs(packed) <= 4 and minutes > 10
+    assert sorted(c for v in groups(packed).values() for c in v) == sorted(c.cell for c in cells)
+    assert within_jobs(cells, 10, None) == (pack(cells, 10), 10)
+    # a small study left as a job per cell still packs when that is too many jobs
+    small = study(5, 1)
+    packed, _ = within_jobs(small, minutes_per_job=30, max_jobs=2)
+    assert jobs(packed) == 1 and set(packed.values()) == {"pack-1n-0"}
+    # long cells too, when the limit asks for it; one job per node count is the least there is
+    mixed = [*study(3, 1), Packable("long-r0", "long", 1, 90.0), *study(2, 1, nodes=2, prefix="m")]
+    packed, minutes = within_jobs(mixed, minutes_per_job=30, max_jobs=2)
+    assert jobs(packed) == 2 and minutes > 90
+    with pytest.raises(ValueError, match="at least 2 jobs"):
+        within_jobs(mixed, 30, max_jobs=1)
