@@ -98,3 +98,36 @@ def test_the_schema_admits_exactly_the_model_libraries_the_registry_builds():
     for library in models.LIBRARIES:  # each is a model a study may name, and a kind the registry knows
         complete({**BASE, "model": f"{library}:resnet18"})
         assert models.kind(f"{library}:resnet18") == library
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"colour": "red"},  # unknown key
+        {"optimizer": "lbfgs"},  # not in the enum
+        {"gpus": 0},  # below the minimum
+        {"gpus": 2.5},  # not an integer
+        {"gpus": True},  # a boolean is not an integer
+        {"lr": "fast"},
+        {"epochs": 2.0},  # an integer in JSON Schema's sense
+        {"model_args": {"width": [1, 2]}},
+        {"model_args": {"width": (1, 2)}},  # a tuple is no JSON array
+        {"lr": float("nan")},
+    ],
+)
+def test_the_key_by_key_check_agrees_with_the_validator(change):
+    """schema.check's fast path (each key's value judged once per run) says valid only where the
+    full validator does; where it cannot tell, the validator judges and words the error."""
+    from dpstudy.study import schema
+
+    for spec in ({**BASE, **change}, {k: v for k, v in {**BASE, **change}.items() if k != "model"}):
+        full = schema.validator("spec").is_valid(spec)
+        if schema.valid_by_keys(spec, "spec"):
+            assert full, spec
+        if full:
+            schema.check(spec, "spec")
+        else:
+            with pytest.raises(ConfigError):
+                schema.check(spec, "spec")
+    assert schema.valid_by_keys({**BASE, "gpus": 4}, "spec") and schema.keywise("spec")
