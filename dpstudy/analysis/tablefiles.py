@@ -20,7 +20,18 @@ from dpstudy.util.atomic import write_csv, write_text
 TEXT = {
     "cells": {
         column: str
-        for column in ("source_hash", "git_commit", "job_id", "torch", "cuda", "nccl", "python", "driver", "hostname")
+        for column in (
+            "source_hash",
+            "git_commit",
+            "job_id",
+            "pack",
+            "torch",
+            "cuda",
+            "nccl",
+            "python",
+            "driver",
+            "hostname",
+        )
     },
     "comparisons": {"members": str},
     "strategies": {"model_misorders": str},

@@ -48,6 +48,9 @@ ENV_COLUMNS = {
 # record.probe (dpstudy.record.fields.PROBE_FIELDS): the parts of a step the step model needs
 # become columns; how the probe ran (its steps, the graphs it compiled) does not.
 PROBE_COLUMNS = tuple(k for k in PROBE_FIELDS if k not in ("steps", "rounds", "graphs_compiled"))
+# record.env.job: how the cell ran; under packing (profiles/slurm) the pack it shared a SLURM job
+# with and the wall time the packing estimated for it (set beside summary.total_s, what it took).
+JOB_COLUMNS = ("scheduler", "job_id", "pack", "estimated_s")
 
 CELL_COLUMNS = (
     "cell",
@@ -89,8 +92,7 @@ CELL_COLUMNS = (
     "threads_per_process",
     "git_commit",
     "source_hash",
-    "scheduler",
-    "job_id",
+    *JOB_COLUMNS,
     "rank_nodes",
     "allocator",
     *TRACE_COLUMNS,
@@ -207,8 +209,7 @@ def cell_row(
         "gpu_names": "; ".join(env.get("gpus") or []) or None,
         "git_commit": code.get("git_commit"),
         "source_hash": code.get("source_hash"),
-        "scheduler": (env.get("job") or {}).get("scheduler"),
-        "job_id": (env.get("job") or {}).get("job_id"),
+        **{k: (env.get("job") or {}).get(k) for k in JOB_COLUMNS},
         "rank_nodes": rank_nodes(env),
         "allocator": rank_allocators(env),
         **trace_columns(path, rec),
@@ -231,6 +232,7 @@ def cells_table(
             "tokens_per_sample": "Int64",
             "cores": "Int64",
             "other_load": float,
+            "estimated_s": float,
             **dict.fromkeys(IN_CELL_RATES, float),
             "gpus": "Int64",
             "nodes": "Int64",

@@ -254,6 +254,19 @@ def test_multi_node_cells_count_every_device_of_the_world(tmp_path):
     assert cells.loc["synthetic-lenet-single-g1-b64-none", "rank_nodes"] == "testhost"
 
 
+def test_a_packed_cell_keeps_its_pack_and_estimate_through_the_table_on_disk(tmp_path):
+    packed = make_record(mode="ddp", gpus=1, nodes=2, backend="gloo")  # a SLURM job, id 7
+    packed["env"]["job"] |= {"pack": "pack-2n-0", "estimated_s": 95.5}
+    own = make_record(mode="single")  # records before packing have neither
+    cells = tables_of(tmp_path / "records", [packed, own])["cells"]
+    tablefiles.write_tables({name: cells if name == "cells" else pd.DataFrame({"x": [1]}) for name in TABLES}, tmp_path)
+    for table in (cells, tablefiles.read_tables(tmp_path)["cells"]):
+        table = by_cell(table)
+        assert table.loc[packed["cell"], ["job_id", "pack", "estimated_s"]].tolist() == ["7", "pack-2n-0", 95.5]
+        assert table.loc[own["cell"], ["pack", "estimated_s"]].isna().all()
+        assert table["estimated_s"].dtype == float
+
+
 def test_records_from_before_a_setting_existed_get_its_default(tmp_path):
     old = make_record(mode="ddp", gpus=2, batch=64, backend="gloo")
     del old["spec"]["nodes"]

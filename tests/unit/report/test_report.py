@@ -159,9 +159,56 @@ def test_intra_and_inter_node_scaling_at_equal_world_size(tmp_path):
         "Intra- vs inter-node scaling (same world size):\n- synthetic/lenet at batch 64: 2 devices on one node "
         "reached 90 % efficiency, spread over 2 nodes 60 % (0.67x the one-node throughput)."
     ) in text
-    assert "**Jobs** 2 cells local; 1 cell as SLURM jobs (ids 7) on nodes n1, n2" in inventory.environment(
-        tables["cells"], "s"
+    assert inventory.environment(tables["cells"], "s").endswith(
+        "\n- **Jobs** 2 cells local; 1 cell as 1 SLURM job (id 7) on nodes n1, n2"
     )
+
+
+def slurm_cells(jobs: list[tuple[str, str | None]], estimated: list[float | None], took: list[float]) -> pd.DataFrame:
+    """cells.csv's job columns: one finished SLURM cell per (job id, pack), its estimate and its total_s."""
+    return pd.DataFrame(
+        {
+            "scheduler": "slurm",
+            "job_id": [job for job, _ in jobs],
+            "pack": [pack for _, pack in jobs],
+            "rank_nodes": ["n1", "n2"] * (len(jobs) // 2) + ["n1"] * (len(jobs) % 2),
+            "status": "ok",
+            "estimated_s": pd.Series(estimated, dtype=float),
+            "total_s": took,
+        }
+    )
+
+
+def test_the_header_counts_the_slurm_jobs_the_packs_and_how_far_their_estimates_were_off():
+    packed = [("101", "pack-1n-0")] * 3 + [("102", "pack-1n-1")] * 3 + [("103", None)]
+    # measured / estimated: 0.30, 0.45, 0.60 | 0.35, 0.50, 0.62 | 0.41 -> median 0.45 of 7
+    cells = slurm_cells(packed, [100.0] * 6 + [200.0], [30.0, 45.0, 60.0, 35.0, 50.0, 62.0, 82.0])
+    assert inventory.jobs(cells) == (
+        "7 cells as 3 SLURM jobs: 6 cells in 2 jobs, 3 cells per job (packs of 3 cells), and 1 cell as a job of its "
+        "own (ids 101, 102, 103) on nodes n1, n2; the cells took 0.45x their estimated time (median; 0.30-0.62x "
+        "over 7 finished cells)"
+    )
+    # a cell that did not finish (stopped at its limit) says nothing of its estimate
+    failed = cells.assign(status=["ok", "ok", "failed", "ok", "ok", "ok", "ok"])  # 0.30 0.35 0.41 | 0.45 0.50 0.62
+    assert inventory.jobs(failed).endswith("took 0.43x their estimated time (median; 0.30-0.62x over 6 finished cells)")
+
+
+def test_unequal_packs_give_cells_per_job_and_their_range_and_no_estimate_clause_without_estimates():
+    packed = [("101", "pack-1n-0")] * 3 + [("102", "pack-1n-1")] * 4
+    cells = slurm_cells(packed, [None] * 7, [30.0] * 7)
+    assert (
+        inventory.jobs(cells)
+        == "7 cells as 2 SLURM jobs, 3.5 cells per job (packs of 3-4 cells; ids 101, 102) on nodes n1, n2"
+    )
+    # a study without packs: a job per cell, as before packing
+    own = slurm_cells([("7", None), ("8", None), ("9", None)], [None] * 3, [30.0] * 3)
+    assert inventory.jobs(own) == "3 cells as 3 SLURM jobs (ids 7, 8, 9) on nodes n1, n2"
+
+
+def test_a_local_study_runs_as_before(tmp_path):
+    cells = tables_of(tmp_path, small_grid())["cells"]
+    assert cells["pack"].isna().all() and cells["estimated_s"].isna().all()
+    assert inventory.jobs(cells) == f"{len(cells)} cells local"
 
 
 def test_the_model_names_the_largest_loss(tmp_path):
