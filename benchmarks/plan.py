@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/plan.py [--sweeps 4] [--lrs 10]
     .venv/bin/python benchmarks/plan.py --sweeps 5 --lrs 80      # 10,000 cells
+    .venv/bin/python benchmarks/plan.py --sweeps 5 --lrs 80 --profile profiles/slurm   # and packed
 
 Each sweep trains one of MODELS (sweeps beyond five repeat a model's cells, which the study
 deduplicates) over 25 cells per learning rate. Targets on the 2-core development machine
@@ -50,18 +51,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweeps", type=int, default=4)
     parser.add_argument("--lrs", type=int, default=10, help="learning rates per sweep (25 cells each)")
+    parser.add_argument("--profile", help="plan as this profile's run would (profiles/slurm: the packing too)")
     args = parser.parse_args()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(study(args.sweeps, args.lrs), f)
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    run = ["--profile", args.profile] if args.profile else ["--cores", "1", "--resources", "gpu=8"]
     cmd = [
         str(bin_dir / "snakemake"),
         "-n",
-        "--cores",
-        "1",
-        "--resources",
-        "gpu=8",
+        *run,
         "--configfile",
         f.name,
         "--quiet",
@@ -79,7 +79,12 @@ def main() -> int:
     size = max((s for s in TARGETS if s <= cells), default=min(TARGETS))
     target = TARGETS[size]
     ratio = seconds / target
-    print(f"dry run of {cells} cells: {seconds:.2f} s (target at {size:,} cells {target:.0f} s, ratio {ratio:.2f})")
+    how = f" with --profile {args.profile}" if args.profile else ""
+    target_text = f"target at {size:,} cells {target:.0f} s, ratio {ratio:.2f}"
+    print(f"dry run of {cells} cells{how}: {seconds:.2f} s ({target_text})")
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.startswith("dpstudy: "):  # what a packing run would submit
+            print(f"  {line}")
     return 0
 
 

@@ -52,13 +52,20 @@ class Submission:
         packs = packing.groups(self.groups)
         alone = sum(group is None for group in self.groups.values())
         if not packs:
-            return f"{len(self.groups)} train cells, one job each (no pack: see cluster.minutes_per_job)"
+            text = f"{len(self.groups)} train cells, one job each (no pack: see cluster.minutes_per_job)"
+            return text + (f"; at most {count(self.limit[0], 'job')} ({self.limit[1]})" if self.limit else "")
         sizes = sorted(len(cells) for cells in packs.values())
+        spread = f"{sizes[0]}-{sizes[-1]}" if sizes[0] != sizes[-1] else f"{sizes[0]}"
         text = (
-            f"{len(self.groups)} train cells in {self.jobs} jobs: {len(packs)} packs of {sizes[0]}-{sizes[-1]} cells"
-            f" (about {self.minutes_per_job:.0f} min each) and {alone} cells of their own"
+            f"{len(self.groups)} train cells in {count(self.jobs, 'job')}: {count(len(packs), 'pack')} of {spread}"
+            f" cells (about {self.minutes_per_job:.0f} min each)"
         )
-        return text + (f"; at most {self.limit[0]} jobs ({self.limit[1]})" if self.limit else "")
+        text += f" and {count(alone, 'cell')} of their own" if alone else ""
+        return text + (f"; at most {count(self.limit[0], 'job')} ({self.limit[1]})" if self.limit else "")
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def plan(
@@ -69,10 +76,11 @@ def plan(
     limits = [(cluster["max_jobs"], "cluster.max_jobs")] if cluster["max_jobs"] else []
     limits += [site] if site else []
     limit = min(limits) if limits else None
-    if cluster["minutes_per_job"] is None and limit is None:
-        return Submission({cell.id: None for cell in cells}, estimated, None, None)
+    if cluster["minutes_per_job"] is None and (limit is None or len(cells) <= limit[0]):
+        return Submission({cell.id: None for cell in cells}, estimated, None, limit)
     packables = [packing.Packable(c.id, packing_setting(c), c.spec["nodes"], estimated[c.id].minutes) for c in cells]
-    minutes = cluster["minutes_per_job"] or max(p.minutes for p in packables) * len(packables)
+    # without minutes_per_job, packs only as long as the limit on jobs needs: from the work per job allowed
+    minutes = cluster["minutes_per_job"] or sum(p.minutes for p in packables) / limit[0]
     packed, used = packing.within_jobs(packables, minutes, limit[0] if limit else None)
     return Submission(packed, estimated, used, limit)
 

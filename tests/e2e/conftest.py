@@ -1,6 +1,6 @@
-"""The one end-to-end study of a test run: `make run`'s default study, run once per session and
-shared by every test that needs a real one (tests/e2e/test_default_study.py asserts what it made,
-tests/e2e/test_reruns.py what a change of it reruns)."""
+"""The end-to-end tests' costly fixtures, made once per session: `make run`'s default study, shared
+by every test that needs a real one (tests/e2e/test_default_study.py asserts what it made,
+tests/e2e/test_reruns.py what a change of it reruns), and the private SLURM of the cluster tests."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.slurm_cluster import SlurmCluster, unavailable
 from helpers.workflow import copy_checkout, dry_run, snakemake
 
 
@@ -83,3 +84,19 @@ def default_study(tmp_path_factory) -> Study:
     study.seconds = time.monotonic() - started
     print(f"the default study: {study.seconds:.0f} s")
     return study
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The private two-node SLURM of the cluster tests (tests/helpers/slurm_cluster.py), once per
+    session: tests/e2e/test_cluster.py and test_packs.py run on one pytest-xdist worker
+    (tests/helpers/schedule.py SHARED), one after the other."""
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)

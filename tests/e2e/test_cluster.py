@@ -1,6 +1,6 @@
 """The study through a real (private) SLURM with `snakemake --profile profiles/slurm`.
 
-One module-wide cluster of two nodes (tests/helpers/slurm_cluster.py) and one study through it, run
+The session's private cluster of two nodes (tests/e2e/conftest.py `cluster`) and one study through it, run
 once by the fixture `study` and asserted on by every test: cells on one node, a DDP cell over two
 nodes through srun torchrun, two cells that SLURM stops at their time and memory limits, and a DDP
 cell cancelled with scancel after its first epoch. The first run finishes the other cells
@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.slurm_cluster import SlurmCluster, unavailable
 from helpers.workflow import copy_checkout, dry_run, snakemake, start_snakemake, wait_for_text
 
 from dpstudy.record import fields as record
@@ -120,19 +119,6 @@ class Study:
     generic: Path  # two of them through profiles/cluster-generic
     generic_returncode: int
     generic_output: str
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    cluster = SlurmCluster()
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-        shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 def targets(cells) -> list[str]:

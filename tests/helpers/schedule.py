@@ -15,13 +15,15 @@ SHARED = {
     "tests/e2e/test_default_study.py": "default_study",
     "tests/e2e/test_reruns.py": "default_study",
     "tests/e2e/test_faults.py": "default_study",
+    "tests/e2e/test_cluster.py": "slurm",  # the session's private SLURM (tests/e2e/conftest.py)
+    "tests/e2e/test_packs.py": "slurm",
 }
 # The longest units first, so that no worker starts one of them when the other is nearly done (in
 # collection order the report's tests came last, and one worker ended well after the other). The
 # order follows the per-module times every run prints at its end (tests/helpers/machine.py).
 FIRST = (
     "default_study",
-    "tests/e2e/test_cluster.py",
+    "slurm",
     "tests/e2e/test_lm_study.py",
     "tests/unit/engine/test_train.py",
     "tests/e2e/test_own_model.py",
@@ -37,7 +39,7 @@ FIRST = (
 # its shortest time limit, for time limits and timeouts of our own. With --waiting-lane the last
 # pytest-xdist worker runs these alone, beside the others (one per core), which take the rest.
 WAITING = (
-    "tests/e2e/test_cluster.py",
+    "slurm",
     "tests/unit/jobs/test_launch.py",
     "tests/unit/jobs/test_time_limit.py",
     "tests/unit/gpucheck/test_gpucheck.py",
@@ -82,7 +84,7 @@ def pytest_ignore_collect(collection_path, config):
     is 10 CPU-s (torch with its compiler, pandas, matplotlib, assertion rewriting), the lane's own
     modules 3; measured, a run of a few tests took 3.7 s less wall and 8 CPU-s less."""
     if collection_path.suffix == ".py" and collection_path.name.startswith("test_") and on_the_waiting_lane(config):
-        return collection_path.relative_to(config.rootpath).as_posix() not in WAITING
+        return unit_of(collection_path.relative_to(config.rootpath).as_posix()) not in WAITING
     return None
 
 

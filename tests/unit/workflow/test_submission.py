@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from dpstudy.jobs import plan_file
+from dpstudy.jobs import packing, plan_file
 from dpstudy.record import fields as record
 from dpstudy.study import outputs
 from dpstudy.workflow import estimates, submission
@@ -74,7 +74,7 @@ def test_a_packing_run_gives_packed_cells_a_slot_and_a_minute_and_leaves_the_res
     s = study()  # 9 one-minute cells, jobs of 4 minutes: 3 packs
     made = s.submission
     assert made.jobs == 3 and made.minutes_per_job == 4
-    assert "9 train cells in 3 jobs: 3 packs of 3-3 cells" in made.summary()
+    assert "9 train cells in 3 jobs: 3 packs of 3 cells" in made.summary()
     cell = s.cells[0].id
     assert s.cell_resources(cell, packing=True)[submission.PACK_SLOT] == 1
     assert s.cell_resources(cell, packing=True)["runtime"] == s.cell_resources(cell)["runtime"] + 1
@@ -91,8 +91,15 @@ def test_the_studys_limit_and_the_sites_pack_more_cells_per_job(tmp_path, monkey
     assert limited.submission.jobs <= 2 and "at most 2 jobs (cluster.max_jobs)" in limited.submission.summary()
     s = study()
     site = submission.plan(s.cells, s.config["cluster"], s.estimates, (1, "MaxSubmitJobs of your SLURM association"))
-    assert site.jobs == 1 and "at most 1 jobs (MaxSubmitJobs" in site.summary()
+    assert site.jobs == 1 and "at most 1 job (MaxSubmitJobs" in site.summary()
     assert study(minutes_per_job=None).submission.jobs == 9
+    # without minutes_per_job: a job per cell where the limit allows it, packs only where it does not
+    unpacked = submission.plan(s.cells, {**s.config["cluster"], "minutes_per_job": None}, s.estimates, (10, "site"))
+    assert unpacked.jobs == 9 and unpacked.summary() == (
+        "9 train cells, one job each (no pack: see cluster.minutes_per_job); at most 10 jobs (site)"
+    )
+    squeezed = submission.plan(s.cells, {**s.config["cluster"], "minutes_per_job": None}, s.estimates, (4, "site"))
+    assert squeezed.jobs <= 4 and len(packing.groups(squeezed.groups)) >= 2
 
 
 def test_the_sites_limits_are_read_from_slurm_where_it_tells_them(tmp_path, monkeypatch):
