@@ -78,10 +78,11 @@ def run(root: Path, name: str, config: dict, cluster: SlurmCluster) -> dict:
     return {"workdir": workdir, "wall": wall, "jobs": jobs, "records": records}
 
 
-def benchmark_s(workdir: Path, cell: str) -> float:
-    """Snakemake's own timing of the cell's job (its benchmark: file): the launcher and the cell."""
-    lines = (workdir / outputs.cell_dir(cell) / "benchmark.tsv").read_text().splitlines()
-    return float(lines[1].split("\t")[0])
+def benchmark_s(workdir: Path, cell: str) -> float | None:
+    """Snakemake's own timing of the cell's job (its benchmark: file): the launcher and the cell;
+    None where the job's Snakemake wrote none."""
+    path = workdir / outputs.cell_dir(cell) / "benchmark.tsv"
+    return float(path.read_text().splitlines()[1].split("\t")[0]) if path.exists() else None
 
 
 def overhead(result: dict) -> None:
@@ -92,7 +93,8 @@ def overhead(result: dict) -> None:
     per_cell = span / len(cells)
     startup = statistics.median(r["summary"]["startup_s"] for r in result["records"].values())
     total = statistics.median(r["summary"]["total_s"] for r in result["records"].values())
-    snakejob = statistics.median(benchmark_s(result["workdir"], c) for c in cells)
+    timed = [t for t in (benchmark_s(result["workdir"], c) for c in cells) if t is not None]
+    snakejob = statistics.median(timed)
     training = total - startup
     rows = [
         ("job step start and its Snakemake's parse of the study", per_cell - snakejob),
@@ -101,6 +103,8 @@ def overhead(result: dict) -> None:
         ("training and evaluation", training),
     ]
     print(f"\n{len(cells)} cells in one pack, nothing else running: the job took {span:.0f} s (1 s resolution)")
+    if len(timed) < len(cells):
+        print(f"  ({len(cells) - len(timed)} of the cells' jobs left no benchmark.tsv: the medians are of the rest)")
     for what, seconds in rows:
         print(f"  {what:75} {seconds:5.2f} s")
     cost = per_cell - training
@@ -136,13 +140,14 @@ def main() -> int:
     parser.add_argument("--cells", type=int, default=60)
     parser.add_argument("--alone", type=int, default=12)
     parser.add_argument("--parse-cells", type=int, default=10000)
+    parser.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary one)")
     args = parser.parse_args()
     why = unavailable()
     if why:
         sys.exit(f"cannot run: {why}")
     print(f"the machine at the start: {reference()}")
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = args.keep or Path(tmp)
         cluster = SlurmCluster(root / "slurm").start()
         try:
             cells = args.cells // 4 * 4

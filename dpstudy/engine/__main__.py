@@ -53,4 +53,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dpstudy.util.quick_exit import exit_now
+
+    exit_now(main())  # the record is written: skip torch's teardown (dpstudy.util.quick_exit)

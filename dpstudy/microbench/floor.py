@@ -97,4 +97,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from dpstudy.util.quick_exit import exit_now
+
+    exit_now(main())  # its run is written: skip torch's teardown (dpstudy.util.quick_exit)
