@@ -4,9 +4,10 @@ Once a cell's record is written, a process that imported torch spends most of a 
 modules and running C++ static destructors (0.87 s of a 3.4 s one-epoch LeNet cell here, measured
 from main's return to the process's end): work whose result nobody reads, paid by every cell of a
 pack (benchmarks/packs.py) and every process of the tests. exit_now() does what an exit must
-still do, in the order Python does it, then os._exit: it joins the threads that are not daemons,
-runs the atexit handlers (logging's flush, temporary folders' removal, multiprocessing's children)
-and flushes the standard streams.
+still do, in the order Python does it, then os._exit: threading's shutdown (its exit hooks, which
+stop idle pools such as the compiler's worker threads, then a join of the threads that are not
+daemons), the atexit handlers (logging's flush, temporary folders' removal, multiprocessing's
+children) and a flush of the standard streams.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import NoReturn
 
 def exit_now(code: int) -> NoReturn:
     """Exit with `code` as a normal exit would, less the teardown (see the module's docstring)."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's exit calls first. Joining the threads without its hooks hangs on an
+    # idle ThreadPoolExecutor (torch.compile's workers): the hooks are what tell it to stop.
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -6,7 +6,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent(
     """
-    import atexit, pathlib, sys, tempfile, threading, time
+    import atexit, concurrent.futures, pathlib, sys, tempfile, threading, time
     from dpstudy.util.quick_exit import exit_now
 
     out = pathlib.Path(sys.argv[1])
@@ -19,6 +19,8 @@ SCRIPT = textwrap.dedent(
         (out / "thread").write_text("joined")
 
     threading.Thread(target=late).start()  # not a daemon: an exit waits for it
+    pool = concurrent.futures.ThreadPoolExecutor(1)  # an idle worker: an exit's hook stops it
+    pool.submit(time.sleep, 0)
 
     class Teardown:  # finalized only by the interpreter's teardown, which exit_now skips
         def __del__(self):
@@ -32,6 +34,8 @@ SCRIPT = textwrap.dedent(
 
 
 def test_exit_now_keeps_the_exit_code_threads_atexit_and_output_but_not_the_teardown(tmp_path):
+    """What a normal exit does, in its order, and nothing of the teardown; an idle thread pool
+    (torch.compile keeps one) stops rather than holding the exit forever."""
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "buffered, no newline"
