@@ -18,6 +18,7 @@ scheduler's profile sizes the group's allocation.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,12 +55,16 @@ def pack(cells: Sequence[Packable], minutes_per_job: float, fill: bool = True) -
         if not short or (fill and total < minutes_per_job):
             continue  # they would not fill one job between them
         count = max(1, math.ceil(total / minutes_per_job))
-        loads = [0.0] * count
+        least = [(0.0, g) for g in range(count)]  # a heap of (load, group): the least loaded first
         settings: list[set[str]] = [set() for _ in range(count)]
         for cell in short:
-            free = [g for g in range(count) if cell.setting not in settings[g]] or list(range(count))
-            chosen = min(free, key=lambda g: (loads[g], g))
-            loads[chosen] += cell.minutes
+            passed = []  # groups that hold a repeat of the cell's setting, least loaded first
+            while least and cell.setting in settings[least[0][1]]:
+                passed.append(heapq.heappop(least))
+            load, chosen = heapq.heappop(least) if least else passed.pop(0)
+            heapq.heappush(least, (load + cell.minutes, chosen))
+            for item in passed:
+                heapq.heappush(least, item)
             settings[chosen].add(cell.setting)
             out[cell.cell] = group_name(nodes, chosen)
     return out

@@ -112,7 +112,18 @@ class Study:
 
     def cell_resources(self, cell_id: str, packing: bool = False) -> dict[str, Any]:
         """The train job's resources (dpstudy.study.resources.train_resources); in a run that packs
-        (`packing`), a packed cell's also take its pack slot and a minute for its launch and stop."""
+        (`packing`), a packed cell's also take its pack slot and a minute for its launch and stop.
+        Made once per cell (Snakemake asks for each resource apart, and again for every group
+        job it prints): the dict is shared, not to be changed."""
+        if (cell_id, packing) not in self._resources:
+            self._resources[cell_id, packing] = self._cell_resources(cell_id, packing)
+        return self._resources[cell_id, packing]
+
+    @cached_property
+    def _resources(self) -> dict[tuple[str, bool], dict[str, Any]]:
+        return {}
+
+    def _cell_resources(self, cell_id: str, packing: bool) -> dict[str, Any]:
         cell = self.cell(cell_id)
         out = resources.train_resources(cell.spec, cell.resources, self.gpu_jobs)
         packed = packing and self.submission.groups[cell_id] is not None
