@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.slurm_cluster import SLURM_ARGS
 from helpers.workflow import copy_checkout, dry_run, snakemake, start_snakemake, wait_for_text
 
 from dpstudy.record import fields as record
@@ -80,16 +81,6 @@ ALL_CELLS = ONE_NODE_CELLS | {TWO_NODES, TIMED_OUT, OUT_OF_MEMORY, CANCELLED}
 # the cell to cancel is still running after its first epoch. The other cells train one epoch; the
 # rerun runs without it.
 HANG = {"DPSTUDY_INJECT_FAULT": "hang:0:2:1"}
-# The tests' own speed-up: the first status check after 1 s instead of 40 s. (The executor waits
-# 10 s longer after each check that saw no job complete, and 1 s again after one that did.)
-SLURM_ARGS = (
-    "--profile",
-    "profiles/slurm",
-    "--slurm-status-command",
-    "squeue",
-    "--slurm-init-seconds-before-status-checks",
-    "1",
-)
 GENERIC_ARGS = (
     "--profile",
     "profiles/cluster-generic",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.slurm_cluster import SLURM_ARGS
 from helpers.workflow import copy_checkout, dry_run, planned, snakemake, start_snakemake
 
 from dpstudy.jobs import plan_file
@@ -54,14 +55,6 @@ UNPACKED = {**STUDY, "cluster": {"minutes_per_job": None}}
 CELLS = SETTINGS * REPEATS + 1
 HUNG = "synthetic-lenet-single-g1-b8-none-epochs2"
 HANG = {"DPSTUDY_INJECT_FAULT": "hang:0:2:1"}  # rank 0 stops answering at step 1 of epoch 2
-SLURM_ARGS = (  # the first status check after 1 s instead of 40 s (as tests/e2e/test_cluster.py)
-    "--profile",
-    "profiles/slurm",
-    "--slurm-status-command",
-    "squeue",
-    "--slurm-init-seconds-before-status-checks",
-    "1",
-)
 
 
 @dataclass
