@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-import yaml
-
 from dpstudy.data import store
 from dpstudy.study import sweeps
+from dpstudy.util import yamlfile
 from dpstudy.util.errors import ConfigError
 from dpstudy.workflow import memory_plan
 
@@ -25,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.study) as f:
         try:
-            study = sweeps.load(yaml.safe_load(f))
+            study = sweeps.load(yamlfile.safe_load(f))
             cells = sweeps.expand(study)
         except ConfigError as error:
             sys.exit(f"error: {args.study}: {error}")

@@ -91,11 +91,10 @@ def snakemake_command(visible: int, cores: int) -> list[str]:
 
 def too_big_cells(visible: int, config_path: Path = REPO / "config" / "config.yaml") -> dict[str, int]:
     """{cell id: GPUs it needs} of the default study's cells that need more than `visible` GPUs."""
-    import yaml
-
     from dpstudy.study import sweeps
+    from dpstudy.util import yamlfile
 
-    config = yaml.safe_load(config_path.read_text())
+    config = yamlfile.safe_load(config_path.read_text())
     config["device"] = "cuda"
     cells = sweeps.expand(sweeps.load(config))
     return {cell.id: cell.gpus for cell in cells if cell.gpus > visible}

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from dpstudy.analysis import stats
 from dpstudy.report.text import markdown_table, significant, text
+from dpstudy.util import yamlfile
 
 SOURCES_FILE = Path(__file__).with_name("sources.yaml")
 # metric -> (cells.csv column, scale to the source's unit, unit)
@@ -30,7 +30,7 @@ TIMES = ("epoch_s", "total_s")
 
 @functools.cache
 def sources() -> dict[str, Any]:
-    return yaml.safe_load(SOURCES_FILE.read_text())
+    return yamlfile.safe_load(SOURCES_FILE.read_text())
 
 
 def alternatives(match: dict[str, Any]) -> list[dict[str, Any]]:

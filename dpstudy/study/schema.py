@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from dpstudy.util import yamlfile
 from dpstudy.util.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).with_name("schema.yaml")
@@ -19,7 +19,7 @@ SCHEMA_PATH = Path(__file__).with_name("schema.yaml")
 @functools.cache
 def schema() -> dict:
     with open(SCHEMA_PATH) as f:
-        return yaml.safe_load(f)
+        return yamlfile.safe_load(f)
 
 
 @functools.cache

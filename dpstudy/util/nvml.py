@@ -6,6 +6,9 @@ inside a session of its own, and a long reader (the engine's utilisation sampler
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -13,10 +16,26 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+@functools.cache
+def driver_library() -> bool:
+    """Whether the driver's NVML library loads, found as pynvml finds it on Linux. Without it pynvml
+    could only fail, and importing pynvml costs 60 ms: every Snakemake run and job asks for the GPUs."""
+    if not sys.platform.startswith("linux"):
+        return True  # pynvml looks elsewhere there: let it
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
 @contextmanager
 def session() -> Iterator[Any]:
     """The pynvml module inside an NVML session, shut down when the block ends; None where there
     is no NVIDIA driver or no nvidia-ml-py, so that callers report nothing instead of failing."""
+    if not driver_library():
+        yield None
+        return
     try:
         import pynvml
 
