@@ -19,8 +19,7 @@ WHEELS ?=
 INSTALLER ?=
 EXTRAS ?=
 # make test's and make test-fast's: pytest-xdist workers, one per core (0: none, all in one process),
-# and one more that runs the tests that mostly wait first (tests/helpers/schedule.py WAITING: SLURM,
-# time limits), then helps with the rest
+# and one more for the tests that mostly wait (tests/conftest.py WAITING: SLURM, time limits)
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(shell expr $(TEST_WORKERS) + 1) --waiting-lane)
 # make wheelhouse's: WHEELS (default wheelhouse/), WHEELS_PYTHON=3.12 for another Python,
