@@ -109,13 +109,14 @@ def measure(out: Path, device: str = "cuda", samples: tuple[int, int] = SAMPLES)
     """The two ranks under torchrun, on `device` (`samples`: train and test; the tests' are fewer);
     their trace's figures."""
     from dpstudy.data import store
+    from dpstudy.jobs import cell_command
 
     out = Path(out)
     data_root = out / "data"
     store.prepare("synthetic", data_root, {"train_size": samples[0], "test_size": samples[1]})
     cell = out / "cell"
     cell.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    command = [*cell_command.torchrun(), "--standalone", "--nproc-per-node=2"]
     command += ["-m", "dpstudy.gpucheck.trace", device, str(data_root), str(cell)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:

@@ -23,8 +23,8 @@ TORCHRUN_LOGS = "torchrun-logs"
 
 
 def torchrun() -> list[str]:
-    script = Path(sys.executable).parent / "torchrun"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    """torchrun's agent, ended without the interpreter's teardown (dpstudy.jobs.torchrun)."""
+    return [sys.executable, "-m", "dpstudy.jobs.torchrun"]
 
 
 def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:

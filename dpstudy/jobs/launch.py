@@ -65,6 +65,8 @@ from dpstudy.util.lifeline import child_dies_with_us, die_with_parent
 ATTEMPT_FILE = "attempt.json"
 PARENT = os.getppid()  # read first thing: the parent this launcher must not outlive
 RECORD_WAIT_S = 10.0
+# the command as the log shows it: up to a multi-node cell's rendezvous (srun, torchrun, its options)
+SHOWN_ARGS = 14
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -150,7 +152,7 @@ class Launcher:
                     "pack": self.plan.get("pack"),
                 },
             )
-            self.say(f"running: {' '.join(argv[:12])}{' ...' if len(argv) > 12 else ''}")
+            self.say(f"running: {' '.join(argv[:SHOWN_ARGS])}{' ...' if len(argv) > SHOWN_ARGS else ''}")
             self.child = subprocess.Popen(
                 argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=child_dies_with_us(signal.SIGTERM)
             )

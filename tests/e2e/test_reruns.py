@@ -164,9 +164,8 @@ HANG = {"DPSTUDY_INJECT_FAULT": "hang:1:2:1"}
 
 
 def is_torchrun(pid: int) -> bool:
-    """The launcher's torchrun: the script, or `python -m torch.distributed.run` (a host's torch)."""
-    cmdline = Path(f"/proc/{pid}/cmdline").read_text()
-    return "torchrun" in cmdline or "torch.distributed.run" in cmdline
+    """The launcher's torchrun (`python -m dpstudy.jobs.torchrun`)."""
+    return "dpstudy.jobs.torchrun" in Path(f"/proc/{pid}/cmdline").read_text()
 
 
 def start_long_cell(study) -> tuple:

@@ -10,9 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from dpstudy.jobs import cell_command
 from helpers import REPO
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+TORCHRUN = [*cell_command.torchrun(), "--standalone"]  # as the launcher starts it
 
 
 def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):

@@ -9,11 +9,11 @@ import importlib.util
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from dpstudy.jobs import cell_command
 from dpstudy.study.spec import complete
 
 HERE = Path(__file__).parent
@@ -34,7 +34,7 @@ def spec_of(**settings) -> dict:
 
 def on_ranks(nproc: int, runs: dict, out: Path) -> dict:
     """{name: ranks_steps.run's result} of `runs` ({name: (spec, model)}) on `nproc` ranks."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    cmd = [*cell_command.torchrun(), "--standalone", f"--nproc-per-node={nproc}"]
     cmd += [str(HERE / "ranks_steps.py"), json.dumps(runs), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

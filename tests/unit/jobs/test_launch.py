@@ -37,9 +37,9 @@ def test_single_and_dp_run_one_python_process(tmp_path):
 
 def test_ddp_on_one_node_runs_torchrun_standalone(tmp_path):
     argv = cell_command.command(DDP, "c", tmp_path, 2, None)
-    # the venv's torchrun, or torch's module where the host's torch brings no script (TORCH=system)
-    runner = argv[:1] if argv[0].endswith("torchrun") else argv[:3]
-    assert runner in ([str(Path(sys.executable).parent / "torchrun")], [sys.executable, "-m", "torch.distributed.run"])
+    # torchrun's main, ended without the interpreter's teardown (dpstudy.jobs.torchrun)
+    runner = argv[:3]
+    assert runner == [sys.executable, "-m", "dpstudy.jobs.torchrun"]
     # torchrun's log folders in the cell's folder, which the launcher removes when the job ends
     logs = f"--log-dir={tmp_path / cell_command.TORCHRUN_LOGS}"
     assert argv[len(runner) : len(runner) + 4] == ["--standalone", "--nproc-per-node=2", logs, "-m"]
@@ -56,6 +56,7 @@ def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path
         "--cpus-per-task=2",
         "--kill-on-bad-exit=1",
     ]
+    assert argv[6:9] == [sys.executable, "-m", "dpstudy.jobs.torchrun"]
     rest = argv[argv.index("--nnodes=2") :]
     assert rest[:3] == ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d"]
     host, port = rest[3].removeprefix("--rdzv-endpoint=").split(":")
