@@ -107,15 +107,17 @@ def with_uv(venv: Path, args: list[str], python: str) -> bool:
 # task) on the same three quarters. Compiling at all is needed: with PYTHONDONTWRITEBYTECODE set,
 # every process would compile torch from source, seconds an import.
 # Files that are not this Python's syntax (torch's py312 test helpers) are skipped, as uv does.
+# So are transformers' model folders (2,600 files, a fifth of the source's bytes, 3.7 CPU-s here): a
+# study imports the one architecture it builds, which Python compiles on that first import.
 BYTE_COMPILE = """
 import compileall, functools, os, re, sysconfig
 from concurrent.futures import ProcessPoolExecutor
 site = sysconfig.get_path("purelib")
-tests = re.compile(re.escape(site) + r"/(.+/)?tests?/")
+skipped = re.compile(re.escape(site) + r"/((.+/)?tests?|transformers/models)/")
 files = [os.path.join(d, f) for d, _, names in os.walk(site) for f in names if f.endswith(".py")]
 with ProcessPoolExecutor() as pool:
     compile_file = functools.partial(compileall.compile_file, quiet=2)
-    list(pool.map(compile_file, [f for f in files if not tests.search(f)], chunksize=64))
+    list(pool.map(compile_file, [f for f in files if not skipped.search(f)], chunksize=64))
 """
 
 

@@ -240,7 +240,7 @@ def test_uv_is_given_the_index_pip_is_given_in_the_environment(monkeypatch):
     assert env["UV_INDEX"] == "https://mine.example/simple"
 
 
-def test_byte_compile_skips_the_packages_test_suites_and_what_this_python_cannot_parse(tmp_path):
+def test_byte_compile_skips_test_suites_model_folders_and_what_this_python_cannot_parse(tmp_path):
     # The venv itself lies in a folder called tests: only folders inside site-packages count.
     venv = tmp_path / "tests" / "v"
     subprocess.run([str(BASE_PYTHON), "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -252,12 +252,21 @@ def test_byte_compile_skips_the_packages_test_suites_and_what_this_python_cannot
         "pkg/sub/test/helper.py": "Y = 2\n",
         "pkg/testing.py": "Z = 3\n",
         "pkg/future.py": "def f[T](a): pass\n" if sys.version_info < (3, 12) else "def f(:\n",
+        "transformers/__init__.py": "",
+        "transformers/modeling_utils.py": "W = 4\n",
+        "transformers/models/gpt2/modeling_gpt2.py": "V = 5\n",  # compiled when a study imports it
     }.items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
         (site / name).write_text(text)
     installer.byte_compile(venv)
     compiled = {p.parent.parent.relative_to(site) / p.name.split(".")[0] for p in site.rglob("*.pyc")}
-    assert compiled == {Path("pkg/__init__"), Path("pkg/core"), Path("pkg/testing")}
+    assert compiled == {
+        Path("pkg/__init__"),
+        Path("pkg/core"),
+        Path("pkg/testing"),
+        Path("transformers/__init__"),
+        Path("transformers/modeling_utils"),
+    }
 
 
 # ---- the lock -----------------------------------------------------------------------------------
