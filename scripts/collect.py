@@ -89,4 +89,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dpstudy.util.quick_exit import finish
+
+    finish(main())  # the outputs are written: skip the teardown (dpstudy.util.quick_exit)

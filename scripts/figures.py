@@ -6,7 +6,6 @@ python scripts/figures.py --tables results/tables --out results/figures
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from dpstudy.analysis import tablefiles
@@ -24,4 +23,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dpstudy.util.quick_exit import finish
+
+    finish(main())  # the outputs are written: skip the teardown (dpstudy.util.quick_exit)

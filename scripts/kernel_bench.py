@@ -32,4 +32,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from dpstudy.util.quick_exit import finish
+
+    finish(main())  # the outputs are written: skip the teardown (dpstudy.util.quick_exit)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import bleach
@@ -119,4 +118,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dpstudy.util.quick_exit import finish
+
+    finish(main())  # the outputs are written: skip the teardown (dpstudy.util.quick_exit)

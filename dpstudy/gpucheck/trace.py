@@ -134,4 +134,6 @@ def run_trace(out: Path) -> dict:
 
 
 if __name__ == "__main__":
-    rank_main(*sys.argv[1:4])
+    from dpstudy.util.quick_exit import finish
+
+    finish(rank_main(*sys.argv[1:4]))  # its trace is written: skip the teardown (dpstudy.util.quick_exit)

@@ -211,4 +211,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dpstudy.util.quick_exit import finish
+
+    finish(main())  # the outputs are written: skip the teardown (dpstudy.util.quick_exit)

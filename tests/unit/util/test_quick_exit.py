@@ -43,3 +43,18 @@ def test_exit_now_keeps_the_exit_code_threads_atexit_and_output_but_not_the_tear
     assert (tmp_path / "thread").read_text() == "joined"
     assert not (tmp_path / (tmp_path / "tmpdir").read_text()).exists()
     assert not (tmp_path / "teardown").exists()
+
+
+def test_finish_reads_a_result_as_sys_exit_does():
+    """A script's main may return None (0), a status or a message (stderr, 1), as sys.exit takes them."""
+
+    def ended(result: str) -> subprocess.CompletedProcess:
+        code = f"from dpstudy.util.quick_exit import finish; print('out', end=''); finish({result})"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+    assert [(p.returncode, p.stdout, p.stderr) for p in map(ended, ("None", "0", "2", "'error: no records'"))] == [
+        (0, "out", ""),
+        (0, "out", ""),
+        (2, "out", ""),
+        (1, "out", "error: no records\n"),
+    ]
