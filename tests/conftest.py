@@ -80,8 +80,17 @@ def pytest_configure(config):
     and a thread spinning at a barrier while the other worker holds its core burns that core for
     nothing. Measured: tests/unit/engine/test_train.py's LeNet-to-90 % cell beside a 2-thread torch
     loop took 33 s and 33 CPU-s spinning, 12 s and 12.5 CPU-s asleep (8 s alone). No test asserts
-    a speed; a study run by hand spins as OpenMP does by default."""
+    a speed; a study run by hand spins as OpenMP does by default.
+
+    And no process pins itself to cores (DPSTUDY_PIN_CORES=0, dpstudy.engine.cores): a cell pins
+    its ranks to the first cores it may use, right where it has them to itself (a local study gives
+    a CPU cell every core; a cluster binds each job to its own), but here the workers run cells of
+    several tests at once, and every one-core cell of the default study, the language-model study
+    and the private SLURM took the first core while the second idled (58 core-s of idle in one run,
+    18 of them in its second and third minutes, when those three run one-core cells). The tests of
+    the pinning itself turn it back on (helpers.engine.PINNED)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("DPSTUDY_PIN_CORES", "0")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         config.machine_at_start = machine.reference()  # before any worker starts: an idle machine
         config.cpu_ticks_at_start = machine.cpu_ticks()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from helpers import left_in_tmpdir
-from helpers.engine import finish, start_launch, train
+from helpers.engine import PINNED, finish, start_launch, train
 
 from dpstudy import models
 from dpstudy.analysis.tables import rank_allocators
@@ -47,7 +47,7 @@ def spec_for(data_root, **settings):
 
 
 def test_single_cell_writes_a_complete_record(data_root, tmp_path):
-    proc = train(spec_for(data_root), tmp_path)
+    proc = train(spec_for(data_root), tmp_path, env=PINNED)
     assert proc.returncode == 0, proc.stderr
     rec = record.read(tmp_path / "record.json")
     assert rec["status"] == "ok" and rec["reason"] is None
@@ -164,7 +164,7 @@ def parity_runs(data_root, tmp_path_factory):
             spec_for(data_root, **PARITY, mode=name, gpus=2, backend="gloo"),
             out / name,
             allocator=how,
-            env={"TMPDIR": str(temp[name])},
+            env={"TMPDIR": str(temp[name]), **PINNED},  # as a study pins them: the ranks' cores are checked
         )
         for name, how in allocators.items()
     }
@@ -174,7 +174,7 @@ def parity_runs(data_root, tmp_path_factory):
         "fsdp_grad_op": ({"mode": "fsdp", "gpus": 2, "backend": "gloo", "shard": "grad_op", "epochs": 1}, 2),
     }
     for name, (settings, nproc) in alone.items():
-        proc = train(spec_for(data_root, **{**PARITY, **settings}), out / name, nproc=nproc)
+        proc = train(spec_for(data_root, **{**PARITY, **settings}), out / name, nproc=nproc, env=PINNED)
         assert proc.returncode == 0, proc.stderr
         records[name] = record.read(out / name / "record.json")
     for name, started in launched.items():

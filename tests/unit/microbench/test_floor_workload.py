@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from helpers.engine import PINNED
 
 from dpstudy.engine import reference
 from dpstudy.microbench import floor
@@ -62,11 +63,14 @@ def test_the_command_writes_its_run_and_refuses_bad_arguments(tmp_path):
     out = tmp_path / "floor" / "r1.json"
     cmd = [sys.executable, "-m", "dpstudy.microbench.floor", "--repeat", "1", "--seconds", "0.2"]
     # --cores: the one-device cell's, one core here as on a CPU study; the floor takes just that
-    proc = subprocess.run([*cmd, "--cores", "1", "--device", "cpu", "--out", str(out)], capture_output=True, text=True)
+    pinned = {**os.environ, **PINNED}  # as a study's floor pins itself (tests/conftest.py turns it off)
+    proc = subprocess.run(
+        [*cmd, "--cores", "1", "--device", "cpu", "--out", str(out)], capture_output=True, text=True, env=pinned
+    )
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
     assert run["repeat"] == 1 and run["device"] == "cpu" and run["threads"] == 1
-    assert run["cores"] in ([], [min(os.sched_getaffinity(0))])
+    assert run["cores"] == [min(os.sched_getaffinity(0))]
     assert f"floor r1 on {run['device']}" in proc.stdout and "GFLOP/s" in proc.stdout and "M ops/s" in proc.stdout
     assert [p.name for p in out.parent.iterdir()] == ["r1.json"]  # no temporary file left
     bad = subprocess.run([*cmd[:-1], "0", "--out", str(tmp_path / "x.json")], capture_output=True, text=True)
