@@ -43,6 +43,7 @@ WAITING = (
     "tests/unit/jobs/test_launch.py",
     "tests/unit/jobs/test_time_limit.py",
     "tests/unit/gpucheck/test_gpucheck.py",
+    "tests/unit/workflow/test_wakeups.py",  # timers: 5.6 s, 1.1 CPU-s, the last unit of a CPU worker
 )
 
 
