@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpstudy.data import store as data  # noqa: E402
+from dpstudy.engine.cores import PIN_ENV  # noqa: E402
 from dpstudy.study import spec as specs  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0))
@@ -50,7 +51,7 @@ CORES = len(os.sched_getaffinity(0))
 VARIANTS = {
     "base": ({}, [], "", [], {}),
     "system": ({}, [], "", ["--allocator", "system"], {}),
-    "unpinned": ({"DPSTUDY_PIN_CORES": "0"}, [], "", [], {}),
+    "unpinned": ({PIN_ENV: "0"}, [], "", [], {}),
     "hashseed": ({"PYTHONHASHSEED": "0"}, [], "", [], {}),
     "noaslr": ({"PYTHONHASHSEED": "0"}, ["setarch", "-R"], "", [], {}),
     "gcoff": ({}, [], "import gc\ngc.disable()\n", [], {}),

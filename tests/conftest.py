@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import machine
 
+from dpstudy.engine.cores import PIN_ENV
 from dpstudy.ext.cache import ENV as EXT_CACHE_ENV
 from dpstudy.record.closure_cache import ENV as CODE_CACHE_ENV
 
@@ -90,7 +91,7 @@ def pytest_configure(config):
     18 of them in its second and third minutes, when those three run one-core cells). The tests of
     the pinning itself turn it back on (helpers.engine.PINNED)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("DPSTUDY_PIN_CORES", "0")
+    os.environ.setdefault(PIN_ENV, "0")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         config.machine_at_start = machine.reference()  # before any worker starts: an idle machine
         config.cpu_ticks_at_start = machine.cpu_ticks()

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import os
 
+# "0" turns the pinning off (benchmarks/noise_floor.py; the tests, whose cells share the machine)
+PIN_ENV = "DPSTUDY_PIN_CORES"
+
 
 def core_block(
     allowed: list[int], local_rank: int, threads: int, gpu: int | None = None, host_gpus: int = 0
@@ -35,7 +38,7 @@ def pin_to_cores(local_rank: int, threads: int, gpu: int | None = None, host_gpu
     included; see core_block). Returns the cores; nothing is pinned (empty list) when there are
     fewer cores than the ranks need, or DPSTUDY_PIN_CORES=0 (benchmarks/noise_floor.py)."""
     cores = core_block(sorted(os.sched_getaffinity(0)), local_rank, threads, gpu, host_gpus)
-    if not cores or os.environ.get("DPSTUDY_PIN_CORES") == "0":
+    if not cores or os.environ.get(PIN_ENV) == "0":
         return []
     os.sched_setaffinity(0, cores)
     return cores

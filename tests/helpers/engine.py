@@ -10,13 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+from dpstudy.engine.cores import PIN_ENV
 from dpstudy.jobs import cell_command
 from helpers import REPO
 
 TORCHRUN = [*cell_command.torchrun(), "--standalone"]  # as the launcher starts it
 # The environment of a test that checks the pinning of ranks to cores, which the suite turns off
 # for every other process (tests/conftest.py pytest_configure)
-PINNED = {"DPSTUDY_PIN_CORES": "1"}
+PINNED = {PIN_ENV: "1"}
 
 
 def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):

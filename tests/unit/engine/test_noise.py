@@ -13,7 +13,7 @@ import psutil
 import pytest
 import yaml
 
-from dpstudy.engine.cores import core_block, pin_to_cores, visible_gpu
+from dpstudy.engine.cores import PIN_ENV, core_block, pin_to_cores, visible_gpu
 from dpstudy.engine.monitor import HostLoad
 from dpstudy.engine.outcome import steady_throughput
 from dpstudy.study import sweeps as study
@@ -78,7 +78,7 @@ def pinned_cores(local_rank: int, threads: int, queue) -> None:
 
 @pytest.mark.parametrize("local_rank, threads", [(0, 1), (1, 1), (0, 2), (1, 2)])
 def test_ranks_are_pinned_to_their_own_cores(local_rank, threads, monkeypatch):
-    monkeypatch.setenv("DPSTUDY_PIN_CORES", "1")  # the suite's processes pin nothing (tests/conftest.py)
+    monkeypatch.setenv(PIN_ENV, "1")  # the suite's processes pin nothing (tests/conftest.py)
     allowed = sorted(os.sched_getaffinity(0))
     queue = multiprocessing.get_context("fork").Queue()
     child = multiprocessing.get_context("fork").Process(target=pinned_cores, args=(local_rank, threads, queue))
