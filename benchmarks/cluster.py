@@ -78,14 +78,14 @@ def main() -> int:
                 config=config,
                 env=cluster.env,
             )
-            jobs = cluster.finished_jobs()
+            jobs = cluster.sacct()
         finally:
             cluster.stop()
         rows = []
         for path in sorted((remote / "results/cells").glob("*/record.json")):
             rec = record.read(path)
             job = jobs[rec["env"]["job"]["job_id"]]
-            submit, start, end = (datetime.fromisoformat(job[k]) for k in ("SubmitTime", "StartTime", "EndTime"))
+            submit, start, end = (datetime.fromisoformat(job[k]) for k in ("Submit", "Start", "End"))
             rows.append(
                 (
                     rec["cell"],

@@ -73,10 +73,10 @@ def run(root: Path, name: str, config: dict, cluster: SlurmCluster) -> dict:
         workdir, *[outputs.record_path(c) for c in cells], *SLURM_ARGS, config=config, env=cluster.env, timeout=3600
     )
     wall = time.monotonic() - started
-    jobs = {j: f for j, f in cluster.finished_jobs().items() if f["WorkDir"] == str(workdir)}
+    jobs = {j: f for j, f in cluster.sacct().items() if f["WorkDir"] == str(workdir)}
     records = {c: record.read(workdir / outputs.record_path(c)) for c in cells}
-    submitted = min(datetime.fromisoformat(j["SubmitTime"]) for j in jobs.values())
-    span = (max(datetime.fromisoformat(j["EndTime"]) for j in jobs.values()) - submitted).total_seconds()
+    submitted = min(datetime.fromisoformat(j["Submit"]) for j in jobs.values())
+    span = (max(datetime.fromisoformat(j["End"]) for j in jobs.values()) - submitted).total_seconds()
     return {"workdir": workdir, "wall": wall, "jobs": jobs, "records": records, "span": span}
 
 
@@ -90,7 +90,7 @@ def benchmark_s(workdir: Path, cell: str) -> float | None:
 def overhead(result: dict) -> None:
     """Per cell inside the one pack of `result`: where its time went."""
     (job,) = result["jobs"].values()
-    span = (datetime.fromisoformat(job["EndTime"]) - datetime.fromisoformat(job["StartTime"])).total_seconds()
+    span = (datetime.fromisoformat(job["End"]) - datetime.fromisoformat(job["Start"])).total_seconds()
     cells = list(result["records"])
     per_cell = span / len(cells)
     startup = statistics.median(r["summary"]["startup_s"] for r in result["records"].values())

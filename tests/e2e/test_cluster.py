@@ -223,25 +223,25 @@ def test_the_study_runs_to_the_report_and_every_train_job_was_a_slurm_job(cluste
     assert (study.workdir / "results/report/report.html").stat().st_size > 0
     submitted = submitted_jobs(study.output)
     assert set(submitted) == set(cells.index)
-    finished = cluster.finished_jobs()  # the controller's own log of every job
+    finished = cluster.sacct()
     for cell, rec in records(study.workdir).items():
         job = rec["env"]["job"]
         assert job["scheduler"] == "slurm" and job["job_id"] == submitted[cell][-1]
-        assert finished[job["job_id"]]["JobState"] == "COMPLETED"
+        assert finished[job["job_id"]]["State"] == "COMPLETED"
     # the cells that SLURM stopped ran twice: the stopped attempt, then the retry that recorded why
-    assert finished[submitted[TIMED_OUT][0]]["JobState"] == "TIMEOUT"
-    assert finished[submitted[OUT_OF_MEMORY][0]]["JobState"] != "COMPLETED"
+    assert finished[submitted[TIMED_OUT][0]]["State"] == "TIMEOUT"
+    assert finished[submitted[OUT_OF_MEMORY][0]]["State"] != "COMPLETED"
 
 
 def test_concurrent_gpu_jobs_saw_distinct_gpus(cluster, study):
     """Every attempt that trained (attempt.json: its job and the GPUs its processes got), the
     time-limited cell's first attempt among them: a minute on one GPU while others come and go."""
-    finished = cluster.finished_jobs()
+    finished = cluster.sacct()
     spans = []
     for attempt_file in (study.workdir / "results/cells").glob("*/attempt.json"):
         attempt = json.loads(attempt_file.read_text())
         job = finished[attempt["job_id"]]
-        times = [datetime.fromisoformat(job[k]) for k in ("StartTime", "EndTime")]
+        times = [datetime.fromisoformat(job[k]) for k in ("Start", "End")]
         spans.append((*times, job["NodeList"], set(attempt["cuda_visible_devices"].split(","))))
     overlapping = [
         (a, b) for i, a in enumerate(spans) for b in spans[i + 1 :] if a[2] == b[2] and a[0] < b[1] and b[0] < a[1]
@@ -307,7 +307,7 @@ def test_a_two_node_cell_runs_srun_torchrun_with_a_rank_on_each_node(cluster, st
     rec = records(workdir)[TWO_NODES]
     assert rec["status"] == "ok" and rec["env"]["world_size"] == 2 and rec["env"]["nodes"] == 2
     assert sorted(r["node"] for r in rec["env"]["ranks"]) == ["n1", "n2"]
-    assert cluster.finished_jobs()[rec["env"]["job"]["job_id"]]["NodeList"] == "n[1-2]"
+    assert cluster.sacct()[rec["env"]["job"]["job_id"]]["NodeList"] == "n[1-2]"
     log = (workdir / f"results/cells/{TWO_NODES}/train.log").read_text()
     assert re.search(
         r"running: srun --nodes=2 --ntasks=2 --ntasks-per-node=1 .*torchrun --nnodes=2 "
@@ -344,7 +344,7 @@ def test_a_cancelled_cell_leaves_no_record_and_a_rerun_runs_just_it(cluster, stu
     fails, leaves no record of that cell and the others' records; the rerun trains just that cell
     and touches neither the others' records nor their rows of the tables."""
     assert study.first_returncode != 0  # the cancelled cell failed the run
-    assert cluster.finished_jobs()[study.cancelled_job]["JobState"] == "CANCELLED"
+    assert cluster.sacct()[study.cancelled_job]["State"] == "CANCELLED"
     assert set(study.after_first_run) == ALL_CELLS - {CANCELLED}
     assert study.planned_after_first_run["train"] == [CANCELLED]
     assert set(submitted_jobs(study.rerun_output)) == {CANCELLED}
@@ -361,10 +361,10 @@ def test_the_cluster_generic_profile_submits_through_its_template(cluster, study
     LSF user takes, run against a real scheduler."""
     assert study.local_returncode == 0, study.local_output[-4000:]
     assert study.generic_returncode == 0, study.generic_output[-4000:]
-    finished = cluster.finished_jobs()
+    finished = cluster.sacct()
     ran, local = records(study.generic), records(study.local)
     assert set(ran) == GENERIC_CELLS
     for cell, rec in ran.items():
-        assert finished[rec["env"]["job"]["job_id"]]["JobState"] == "COMPLETED"
-        assert finished[rec["env"]["job"]["job_id"]]["Name"] == f"dpstudy.train.{cell}"
+        assert finished[rec["env"]["job"]["job_id"]]["State"] == "COMPLETED"
+        assert finished[rec["env"]["job"]["job_id"]]["JobName"] == f"dpstudy.train.{cell}"
         assert comparable(rec) == comparable(local[cell]), cell

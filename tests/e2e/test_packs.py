@@ -164,7 +164,7 @@ def test_the_study_runs_in_six_jobs_where_unpacked_it_would_take_one_per_cell(cl
     assert packed.unpacked_dry_run.startswith(f"dpstudy: {CELLS} train cells, one job each")
     jobs = submitted(packed.first_output)
     assert len(jobs) == 6, packed.first_output[-3000:]
-    finished = cluster.finished_jobs()  # the controller's own log of every job (no sacct without accounting)
+    finished = cluster.sacct()
     ours = {job for job, fields in finished.items() if fields["WorkDir"] == str(packed.workdir)}
     assert set(jobs) <= ours and len(ours - set(jobs)) == len(submitted(packed.rerun_output))
 
@@ -187,12 +187,12 @@ def test_every_cell_is_recorded_once_with_its_pack_and_estimate(packed):
 
 
 def test_a_pack_asks_for_the_sum_of_its_cells_limits(cluster, packed):
-    finished = cluster.finished_jobs()
+    finished = cluster.sacct()
     limits = {c: 1 + (1 if c == HUNG else 2) for c in packed.plan}  # whole minutes, and one each (submission.py)
     for job in submitted(packed.first_output):
         cells = {c for c, rec in records(packed.workdir).items() if rec["env"]["job"]["job_id"] == job}
         if job != packed.cancelled_job:
-            assert int(finished[job]["TimeLimit"]) == sum(limits[c] for c in cells), job
+            assert int(finished[job]["TimelimitRaw"]) == sum(limits[c] for c in cells), job
 
 
 def test_a_hung_cell_is_stopped_at_its_limit_and_its_pack_goes_on(cluster, packed):
@@ -203,12 +203,12 @@ def test_a_hung_cell_is_stopped_at_its_limit_and_its_pack_goes_on(cluster, packe
     ran = records(packed.workdir)
     assert len(mates) >= 9 and all(ran[c]["status"] == "ok" for c in mates)
     assert {ran[c]["env"]["job"]["job_id"] for c in [*mates, HUNG]} == {rec["env"]["job"]["job_id"]}
-    assert cluster.finished_jobs()[rec["env"]["job"]["job_id"]]["JobState"] == "COMPLETED"
+    assert cluster.sacct()[rec["env"]["job"]["job_id"]]["State"] == "COMPLETED"
 
 
 def test_a_cancelled_pack_keeps_its_finished_records_and_the_rerun_runs_the_rest(cluster, packed):
     assert packed.first_returncode != 0
-    assert cluster.finished_jobs()[packed.cancelled_job]["JobState"] == "CANCELLED"
+    assert cluster.sacct()[packed.cancelled_job]["State"] == "CANCELLED"
     members = {c for c, e in packed.plan.items() if e["pack"] == packed.cancelled_pack}
     kept = members & set(packed.after_first_run)
     assert kept and kept != members

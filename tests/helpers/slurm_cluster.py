@@ -26,6 +26,8 @@ from pathlib import Path
 
 DAEMONS = ("slurmctld", "slurmd", "munged")
 CLIENTS = ("sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo", "sacct", "sacctmgr", "sshare")
+# What the tests ask `sacct` of each job (TimelimitRaw: minutes)
+SACCT_FIELDS = ("JobID", "JobName", "State", "TimelimitRaw", "Submit", "Start", "End", "NodeList", "WorkDir")
 NODES = ("n1", "n2")
 CPUS_PER_NODE = 8
 GPUS_PER_NODE = 8
@@ -125,7 +127,8 @@ class SlurmCluster:
                     "JobAcctGatherType=jobacct_gather/linux",
                     "JobAcctGatherFrequency=task=1",
                     "JobAcctGatherParams=OverMemoryKill",
-                    # The controller's own line per finished job: what the tests read instead of sacct.
+                    # The controller's own line per finished job, which `sacct --completion` reads:
+                    # the tests' job accounting without an accounting database.
                     "JobCompType=jobcomp/filetxt",
                     f"JobCompLoc={self.jobcomp}",
                     "GresTypes=gpu",
@@ -205,12 +208,16 @@ class SlurmCluster:
             raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
         return done.stdout
 
-    def finished_jobs(self) -> dict[str, dict[str, str]]:
-        """{job id: fields} from the controller's job completion log."""
+    def sacct(self) -> dict[str, dict[str, str]]:
+        """{job id: SACCT_FIELDS} of every finished job, as `sacct --completion` reads them from
+        the controller's job completion log (a site's sacct reads its accounting database)."""
+        out = self.client(
+            "sacct", "--completion", "--allusers", "--starttime", "2000-01-01", "-n", "-P", "-o", ",".join(SACCT_FIELDS)
+        )
         jobs = {}
-        for line in self.jobcomp.read_text().splitlines() if self.jobcomp.exists() else []:
-            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-            jobs[fields["JobId"]] = fields
+        for line in out.splitlines():
+            fields = dict(zip(SACCT_FIELDS, line.split("|", len(SACCT_FIELDS) - 1)))
+            jobs[fields["JobID"]] = fields
         return jobs
 
     def logs(self) -> str:
