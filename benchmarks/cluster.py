@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from slurm_cluster import SlurmCluster, unavailable  # noqa: E402
-from workflow import copy_checkout, snakemake  # noqa: E402
+from helpers.slurm_cluster import SlurmCluster, unavailable  # noqa: E402
+from helpers.workflow import copy_checkout, snakemake  # noqa: E402
 
 from dpstudy.record import fields as record  # noqa: E402
 

@@ -137,6 +137,22 @@ def step_parse_s(root: Path, cells_wanted: int) -> tuple[int, float]:
     return 5 * 25 * lrs, time.monotonic() - started
 
 
+def compare(cells: int, packed: dict, unpacked: dict) -> None:
+    """The study packed against the same study unpacked: jobs, wall time, the jobs' span."""
+    print(f"\n{cells} one-epoch cells through the private SLURM (2 nodes on this machine's 2 cores):")
+    print("  (wall: the snakemake run; jobs: first submission to last job's end, SLURM's 1 s resolution; the rest is")
+    print("  the executor noticing the end: status checks from 40 s after submission, 10 s further apart each time)")
+    for name, result in (("packed", packed), ("unpacked", unpacked)):
+        per_job = len(result["records"]) / len(result["jobs"])
+        print(
+            f"  {name:9} {len(result['jobs']):3} SLURM jobs ({per_job:.1f} cells each): wall {result['wall']:6.1f} s, "
+            f"jobs {result['span']:6.1f} s"
+        )
+    print(
+        f"  packed/unpacked: wall {packed['wall'] / unpacked['wall']:.2f}, jobs {packed['span'] / unpacked['span']:.2f}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=60)
@@ -159,20 +175,9 @@ def main() -> int:
         finally:
             cluster.stop()
         parsed_cells, parse_s = step_parse_s(root, args.parse_cells)
-    print(f"\n{cells} one-epoch cells through the private SLURM (2 nodes on this machine's 2 cores):")
-    print("  (wall: the snakemake run; jobs: first submission to last job's end, SLURM's 1 s resolution; the rest is")
-    print("  the executor noticing the end: status checks from 40 s after submission, 10 s further apart each time)")
-    for name, result in (("packed", packed), ("unpacked", unpacked)):
-        per_job = len(result["records"]) / len(result["jobs"])
-        print(
-            f"  {name:9} {len(result['jobs']):3} SLURM jobs ({per_job:.1f} cells each): wall {result['wall']:6.1f} s, "
-            f"jobs {result['span']:6.1f} s"
-        )
-    print(
-        f"  packed/unpacked: wall {packed['wall'] / unpacked['wall']:.2f}, jobs {packed['span'] / unpacked['span']:.2f}"
-    )
-    overhead(alone)
-    print(f"\na job step's Snakemake parse of a {parsed_cells}-cell study: {parse_s:.2f} s")
+        compare(cells, packed, unpacked)
+        overhead(alone)  # reads the cells' benchmark files: before the folder goes
+        print(f"\na job step's Snakemake parse of a {parsed_cells}-cell study: {parse_s:.2f} s")
     print(f"the machine at the end: {reference()}")
     return 0
 
