@@ -8,10 +8,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import left_in_tmpdir
 
 from dpstudy.jobs import cell_command
 from dpstudy.study.spec import complete
@@ -34,10 +36,13 @@ def spec_of(**settings) -> dict:
 
 def on_ranks(nproc: int, runs: dict, out: Path) -> dict:
     """{name: ranks_steps.run's result} of `runs` ({name: (spec, model)}) on `nproc` ranks."""
-    cmd = [*cell_command.torchrun(), "--standalone", f"--nproc-per-node={nproc}"]
+    cmd = [*cell_command.torchrun(), "--standalone", f"--nproc-per-node={nproc}", f"--log-dir={out}.torchrun"]
     cmd += [str(HERE / "ranks_steps.py"), json.dumps(runs), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    tmp = Path(f"{out}.tmp")
+    tmp.mkdir()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env={**os.environ, "TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert left_in_tmpdir(tmp) == []  # torchrun's logs went to --log-dir, not a torchelastic_* folder
     return json.loads(out.read_text())
 
 
