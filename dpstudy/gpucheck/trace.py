@@ -116,8 +116,7 @@ def measure(out: Path, device: str = "cuda", samples: tuple[int, int] = SAMPLES)
     store.prepare("synthetic", data_root, {"train_size": samples[0], "test_size": samples[1]})
     cell = out / "cell"
     cell.mkdir(parents=True, exist_ok=True)
-    # torchrun's log folder in the check's own, not a torchelastic_* one in /tmp that nothing removes
-    command = [*cell_command.torchrun(), "--standalone", "--nproc-per-node=2", f"--log-dir={out / 'torchrun-logs'}"]
+    command = [*cell_command.torchrun(out / cell_command.TORCHRUN_LOGS), "--standalone", "--nproc-per-node=2"]
     command += ["-m", "dpstudy.gpucheck.trace", device, str(data_root), str(cell)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:

@@ -22,9 +22,10 @@ TRAIN_MODULE = ("-m", "dpstudy.engine")
 TORCHRUN_LOGS = "torchrun-logs"
 
 
-def torchrun() -> list[str]:
-    """torchrun's agent, ended without the interpreter's teardown (dpstudy.jobs.torchrun)."""
-    return [sys.executable, "-m", "dpstudy.jobs.torchrun"]
+def torchrun(logs: Path) -> list[str]:
+    """torchrun's agent, ended without the interpreter's teardown (dpstudy.jobs.torchrun), with its
+    per-rank logs in `logs`: without --log-dir it leaves a torchelastic_* folder in /tmp."""
+    return [sys.executable, "-m", "dpstudy.jobs.torchrun", f"--log-dir={logs}"]
 
 
 def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allocation | None) -> list[str]:
@@ -34,9 +35,8 @@ def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allo
     nodes, gpus = spec["nodes"], spec["gpus"]
     if not one_process_per_device(spec) or (nodes > 1 and (allocation is None or allocation.nodes < nodes)):
         return [sys.executable, *train]
-    logs = f"--log-dir={out / TORCHRUN_LOGS}"
     if nodes == 1:
-        return [*torchrun(), "--standalone", f"--nproc-per-node={gpus}", logs, *train]
+        return [*torchrun(out / TORCHRUN_LOGS), "--standalone", f"--nproc-per-node={gpus}", *train]
     return [
         "srun",
         f"--nodes={nodes}",
@@ -44,12 +44,11 @@ def command(spec: dict, cell: str, out: Path, cores: int, allocation: slurm.Allo
         "--ntasks-per-node=1",
         f"--cpus-per-task={cores}",
         "--kill-on-bad-exit=1",
-        *torchrun(),
+        *torchrun(out / TORCHRUN_LOGS),
         f"--nnodes={nodes}",
         f"--nproc-per-node={gpus}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={allocation.head}:{free_port()}",
         f"--rdzv-id={allocation.job_id}",
-        logs,
         *train,
     ]

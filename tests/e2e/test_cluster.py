@@ -310,7 +310,7 @@ def test_a_two_node_cell_runs_srun_torchrun_with_a_rank_on_each_node(cluster, st
     assert cluster.sacct()[rec["env"]["job"]["job_id"]]["NodeList"] == "n[1-2]"
     log = (workdir / f"results/cells/{TWO_NODES}/train.log").read_text()
     assert re.search(
-        r"running: srun --nodes=2 --ntasks=2 --ntasks-per-node=1 .*torchrun --nnodes=2 "
+        r"running: srun --nodes=2 --ntasks=2 --ntasks-per-node=1 .*torchrun --log-dir=\S+ --nnodes=2 "
         r"--nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=127\.0\.0\.1:\d+",
         log,
     )

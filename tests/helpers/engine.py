@@ -14,7 +14,6 @@ from dpstudy.engine.cores import PIN_ENV
 from dpstudy.jobs import cell_command
 from helpers import REPO
 
-TORCHRUN = [*cell_command.torchrun(), "--standalone"]  # as the launcher starts it
 # The environment of a test that checks the pinning of ranks to cores, which the suite turns off
 # for every other process (tests/conftest.py pytest_configure)
 PINNED = {PIN_ENV: "1"}
@@ -22,8 +21,9 @@ PINNED = {PIN_ENV: "1"}
 
 def train(spec: dict, out: Path, nproc: int | None = None, env: dict | None = None, timeout=300):
     """The finished process (`.seconds`: its wall time); the record is out/record.json."""
-    # torchrun's log folders beside the cell's, as the launcher keeps them out of /tmp
-    launcher = TORCHRUN + [f"--nproc-per-node={nproc}", f"--log-dir={out}.torchrun"] if nproc else [sys.executable]
+    # as the launcher starts it, with torchrun's log folders beside the cell's
+    launcher = [*cell_command.torchrun(Path(f"{out}.torchrun")), "--standalone", f"--nproc-per-node={nproc}"]
+    launcher = launcher if nproc else [sys.executable]
     cmd = launcher + ["-m", "dpstudy.engine", "--spec", json.dumps(spec), "--out", str(out), "--cores", "2"]
     started = time.time()
     proc = subprocess.run(

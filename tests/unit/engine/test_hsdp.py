@@ -36,7 +36,7 @@ def spec_of(**settings) -> dict:
 
 def on_ranks(nproc: int, runs: dict, out: Path) -> dict:
     """{name: ranks_steps.run's result} of `runs` ({name: (spec, model)}) on `nproc` ranks."""
-    cmd = [*cell_command.torchrun(), "--standalone", f"--nproc-per-node={nproc}", f"--log-dir={out}.torchrun"]
+    cmd = [*cell_command.torchrun(Path(f"{out}.torchrun")), "--standalone", f"--nproc-per-node={nproc}"]
     cmd += [str(HERE / "ranks_steps.py"), json.dumps(runs), str(out)]
     tmp = Path(f"{out}.tmp")
     tmp.mkdir()

@@ -181,7 +181,7 @@ def parity_runs(data_root, tmp_path_factory):
         proc = finish(started)
         chosen = allocator.resolve(allocators[name]).describe()
         assert proc.returncode == 0 and f"allocator: {chosen}" in proc.log, proc.log
-        assert "torchrun --standalone --nproc-per-node=2 " in proc.log, proc.log
+        assert f"torchrun --log-dir={out / name / TORCHRUN_LOGS} --standalone --nproc-per-node=2 " in proc.log, proc.log
         records[name] = record.read(out / name / "record.json")
         spans[name] = (proc.started, (out / name / "record.json").stat().st_mtime)
     left = {name: left_in_tmpdir(temp[name]) for name in temp}

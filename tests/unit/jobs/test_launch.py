@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from dpstudy.jobs import cell_command, plan_file, slurm, timelimit
+from dpstudy.jobs import cell_command, launch, plan_file, slurm, timelimit
 from dpstudy.record import fields as record
 from dpstudy.record.envinfo import fallback_environment
 from dpstudy.study.spec import complete
@@ -38,11 +38,11 @@ def test_single_and_dp_run_one_python_process(tmp_path):
 def test_ddp_on_one_node_runs_torchrun_standalone(tmp_path):
     argv = cell_command.command(DDP, "c", tmp_path, 2, None)
     # torchrun's main, ended without the interpreter's teardown (dpstudy.jobs.torchrun)
-    runner = argv[:3]
-    assert runner == [sys.executable, "-m", "dpstudy.jobs.torchrun"]
-    # torchrun's log folders in the cell's folder, which the launcher removes when the job ends
+    # and its log folders in the cell's folder, which the launcher removes when the job ends
     logs = f"--log-dir={tmp_path / cell_command.TORCHRUN_LOGS}"
-    assert argv[len(runner) : len(runner) + 4] == ["--standalone", "--nproc-per-node=2", logs, "-m"]
+    runner = argv[:4]
+    assert runner == [sys.executable, "-m", "dpstudy.jobs.torchrun", logs]
+    assert argv[len(runner) : len(runner) + 3] == ["--standalone", "--nproc-per-node=2", "-m"]
 
 
 def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path):
@@ -56,12 +56,14 @@ def test_ddp_on_several_nodes_runs_srun_torchrun_with_a_c10d_rendezvous(tmp_path
         "--cpus-per-task=2",
         "--kill-on-bad-exit=1",
     ]
-    assert argv[6:9] == [sys.executable, "-m", "dpstudy.jobs.torchrun"]
+    logs = f"--log-dir={tmp_path / cell_command.TORCHRUN_LOGS}"
+    assert argv[6:10] == [sys.executable, "-m", "dpstudy.jobs.torchrun", logs]
     rest = argv[argv.index("--nnodes=2") :]
     assert rest[:3] == ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d"]
     host, port = rest[3].removeprefix("--rdzv-endpoint=").split(":")
     assert host == "10.0.0.5" and 1024 <= int(port) < 65536 and rest[4] == "--rdzv-id=77"
-    assert rest[5] == f"--log-dir={tmp_path / cell_command.TORCHRUN_LOGS}"
+    assert rest[5:7] == ["-m", "dpstudy.engine"]
+    assert argv.index(rest[3]) < launch.SHOWN_ARGS  # the launcher's log line shows the rendezvous
 
 
 def test_a_multi_node_cell_outside_an_allocation_big_enough_runs_alone_to_record_its_skip(tmp_path):

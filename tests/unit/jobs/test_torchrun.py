@@ -11,7 +11,7 @@ from dpstudy.jobs.torchrun import exit_code
 def agent(tmp_path, script: str) -> subprocess.CompletedProcess:
     path = tmp_path / "rank.py"
     path.write_text(script)
-    cmd = [*cell_command.torchrun(), "--standalone", "--nproc-per-node=1", f"--log-dir={tmp_path / 'logs'}", str(path)]
+    cmd = [*cell_command.torchrun(tmp_path / "logs"), "--standalone", "--nproc-per-node=1", str(path)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
