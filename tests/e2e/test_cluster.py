@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers.slurm_cluster import SLURM_ARGS
-from helpers.workflow import copy_checkout, dry_run, snakemake, start_snakemake, wait_for_text
+from helpers.workflow import copy_checkout, dry_run, progress, snakemake, start_snakemake, wait_for_text, wait_to_end
 
 from dpstudy.record import fields as record
 from dpstudy.record.fields import HOST_PARTS, IN_CELL_RATES, PROBE_FIELDS
@@ -116,9 +116,10 @@ def targets(cells) -> list[str]:
     return [outputs.record_path(cell) for cell in sorted(cells)]
 
 
-def ended(proc: subprocess.Popen, log: Path, timeout: float) -> tuple[int, str]:
-    """(return code, output) of a snakemake started with start_snakemake(..., log=log)."""
-    return proc.wait(timeout=timeout), log.read_text(errors="replace")
+def ended(proc: subprocess.Popen, log: Path, workdir: Path) -> tuple[int, str]:
+    """(return code, output) of a snakemake started in `workdir` with start_snakemake(..., log=log),
+    once it ends; a run that makes no progress for STALL_S fails the wait (helpers.workflow)."""
+    return wait_to_end(proc, progress(workdir, log)), log.read_text(errors="replace")
 
 
 def start_collect(workdir: Path, cells, out: Path) -> subprocess.Popen:
@@ -152,7 +153,8 @@ def study(cluster, tmp_path_factory) -> Study:
         # SLURM stops a job past its time limit in a check every 30 s from the controller's start:
         # the time-limited job ends 90 s after the cluster started if it starts within 30 s. Nothing
         # else runs until it is submitted (the cluster has room for all the study's jobs at once).
-        wait_for_text(logs[workdir], f"/rule_train/{TIMED_OUT}/", first)
+        watched = progress(workdir, logs[workdir])
+        wait_for_text(logs[workdir], f"/rule_train/{TIMED_OUT}/", first, watched)
         in_local = start_snakemake(
             local, *targets(ONE_NODE_CELLS), "--cores", "2", "--resources", "gpu=2", config=LOCAL, log=logs[local]
         )
@@ -162,10 +164,10 @@ def study(cluster, tmp_path_factory) -> Study:
         running += [in_local, in_generic]
         for proc in (in_local, in_generic):  # and what they start: the SLURM study's jobs come first
             os.setpriority(os.PRIO_PROCESS, proc.pid, 10)
-        wait_for_text(workdir / f"results/cells/{CANCELLED}/train.log", "epoch 1/", first)
+        wait_for_text(workdir / f"results/cells/{CANCELLED}/train.log", "epoch 1/", first, watched)
         job = json.loads((workdir / f"results/cells/{CANCELLED}/attempt.json").read_text())["job_id"]
         cluster.client("scancel", job)
-        first_returncode, output = ended(first, logs[workdir], timeout=600)
+        first_returncode, output = ended(first, logs[workdir], workdir)
         print(f"first SLURM run: {time.monotonic() - started:.0f} s")
         after_first_run = {
             cell: (workdir / outputs.record_path(cell)).read_bytes()
@@ -179,8 +181,8 @@ def study(cluster, tmp_path_factory) -> Study:
         assert collect.returncode == 0, f"collect failed:\n{collect_output[-4000:]}"
         rerun = snakemake(workdir, *SLURM_ARGS, config=STUDY, env=cluster.env, timeout=900)
         print(f"the rerun too: {time.monotonic() - started:.0f} s")
-        local_returncode, local_output = ended(in_local, logs[local], timeout=600)
-        generic_returncode, generic_output = ended(in_generic, logs[generic], timeout=600)
+        local_returncode, local_output = ended(in_local, logs[local], local)
+        generic_returncode, generic_output = ended(in_generic, logs[generic], generic)
         print(f"the local and cluster-generic runs too: {time.monotonic() - started:.0f} s")
     finally:
         for proc in running:

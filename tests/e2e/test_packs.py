@@ -15,14 +15,22 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from helpers.slurm_cluster import SLURM_ARGS
-from helpers.workflow import copy_checkout, dry_run, planned, snakemake, start_snakemake
+from helpers.workflow import (
+    copy_checkout,
+    dry_run,
+    planned,
+    progress,
+    snakemake,
+    start_snakemake,
+    wait_for,
+    wait_to_end,
+)
 
 from dpstudy.jobs import plan_file
 from dpstudy.record import fields as record
@@ -96,14 +104,6 @@ def records(workdir: Path) -> dict[str, dict]:
     return {p.parent.name: record.read(p) for p in sorted((workdir / "results/cells").glob("*/record.json"))}
 
 
-def wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, f"snakemake ended before {what}"
-        assert time.monotonic() < deadline, f"no {what} in {timeout} s"
-        time.sleep(0.3)
-
-
 @pytest.fixture(scope="module")
 def packed(cluster, tmp_path_factory) -> Packed:
     started, seconds = time.monotonic(), {}
@@ -115,18 +115,19 @@ def packed(cluster, tmp_path_factory) -> Packed:
     first = start_snakemake(
         workdir, *all_records, *SLURM_ARGS, *TWO_AT_ONCE, config=STUDY, env={**cluster.env, **HANG}, log=log
     )
+    watched = progress(workdir, log)
     try:
         plan_path = workdir / plan_file.PATH
-        wait_for(plan_path.exists, first, plan_file.PATH)
+        wait_for(plan_path.exists, first, plan_file.PATH, watched)
         plan = json.loads(plan_path.read_text())
         # the pack to cancel: the first but the hung cell's; once all but 3 of its cells have a record
         cancelled_pack = sorted({e["pack"] for e in plan.values()} - {plan[HUNG]["pack"]})[0]
         members = [cell for cell, entry in plan.items() if entry["pack"] == cancelled_pack]
         done = lambda: [c for c in members if (workdir / outputs.record_path(c)).exists()]  # noqa: E731
-        wait_for(lambda: len(done()) >= len(members) - 3, first, f"records of {cancelled_pack}'s cells")
+        wait_for(lambda: len(done()) >= len(members) - 3, first, f"records of {cancelled_pack}'s cells", watched)
         job = record.read(workdir / outputs.record_path(done()[0]))["env"]["job"]["job_id"]
         cluster.client("scancel", job)
-        first_returncode = first.wait(timeout=600)
+        first_returncode = wait_to_end(first, watched)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)

@@ -21,6 +21,7 @@ from helpers.workflow import (
     copy_checkout,
     dry_run,
     processes_with,
+    progress,
     snakemake,
     start_snakemake,
     wait_for_text,
@@ -178,7 +179,8 @@ def start_long_cell(study) -> tuple:
     env = {**study.env, **HANG, "TMPDIR": str(tmp)}
     proc = start_snakemake(study.workdir, "--cores", "2", "--resources", "gpu=2", config=WITH_LONG, env=env)
     try:
-        wait_for_text(study.workdir / f"results/cells/{LONG}/train.log", "epoch 1/", proc)
+        watched = progress(study.workdir, study.workdir / "snakemake.out")
+        wait_for_text(study.workdir / f"results/cells/{LONG}/train.log", "epoch 1/", proc, watched)
         ranks = [
             pid
             for pid in long_cell_processes(study)

@@ -85,13 +85,55 @@ def dry_run(workdir: Path, config: dict | None = None, *extra: str, env: dict | 
     return planned(snakemake(workdir, "-n", *extra, config=config, env=env))
 
 
-def wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float = 300) -> None:
-    """Until `path` holds `text`, while `proc` (a background snakemake) runs."""
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and text in path.read_text(errors="replace")):
-        assert proc.poll() is None, f"snakemake ended before {path} showed {text!r}"
-        assert time.monotonic() < deadline, f"{path} did not show {text!r} in {timeout} s"
+# How long a background run may show no progress at all (no line in its log, no file written
+# under its results) before a wait calls it hung. Only a hang reaches it: a wait never guesses how
+# long this machine takes to do the work, it follows what the work reports.
+STALL_S = 300.0
+
+
+def progress(workdir: Path, log: Path | None = None):
+    """A function whose value changes whenever a run in `workdir` makes progress: its log grows, or a
+    file under results/ appears, grows or is rewritten (records, train logs, heartbeats' folders)."""
+
+    def now() -> tuple:
+        seen = [log.stat().st_size] if log is not None and log.exists() else []
+        for path in (workdir / "results").rglob("*"):
+            try:
+                stat = path.stat()
+            except OSError:  # written and renamed meanwhile
+                continue
+            seen.append((str(path), stat.st_size, stat.st_mtime_ns))
+        return tuple(seen)
+
+    return now
+
+
+def wait_for(condition, proc: subprocess.Popen | None, what: str, progressed, stall_s: float = STALL_S) -> None:
+    """Until condition(), while `proc` (a background snakemake; None: no process to watch) runs; fails
+    when it ended first, or when `progressed()` (see progress) stayed the same for `stall_s`: a hang,
+    not a slow machine."""
+    last, quiet_since = progressed(), time.monotonic()
+    while not condition():
+        assert proc is None or proc.poll() is None, f"snakemake ended before {what}"
+        now = progressed()
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+        assert time.monotonic() - quiet_since < stall_s, f"no {what}, and no progress at all for {stall_s:.0f} s"
         time.sleep(0.3)
+
+
+def wait_to_end(proc: subprocess.Popen, progressed, stall_s: float = STALL_S) -> int:
+    """`proc`'s exit status once it ends; fails when it made no progress for `stall_s` (see wait_for)."""
+    wait_for(lambda: proc.poll() is not None, None, "end of snakemake", progressed, stall_s)
+    return proc.returncode
+
+
+def wait_for_text(path: Path, text: str, proc: subprocess.Popen, progressed) -> None:
+    """Until `path` holds `text`, while `proc` (a background snakemake) runs and `progressed()`
+    changes (see wait_for)."""
+    wait_for(
+        lambda: path.exists() and text in path.read_text(errors="replace"), proc, f"{text!r} in {path}", progressed
+    )
 
 
 def processes_with(fragment: str) -> list[int]:
