@@ -46,8 +46,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpstudy.analysis import step_inputs, tablefiles  # noqa: E402
-from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval  # noqa: E402
+from dpstudy.analysis.forecast import Calibration, interval  # noqa: E402
 from dpstudy.analysis.forecast_table import calibration_inputs, group_of, model_sigma  # noqa: E402
+from dpstudy.analysis.keys import FORECAST_GROUP  # noqa: E402
 
 MODELS = ("simplecnn", "vit")
 BATCHES = (64, 128, 256)

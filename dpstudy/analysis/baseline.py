@@ -17,13 +17,14 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis.keys import BASELINE_KEYS
+from dpstudy.study import modes
 
 
 def baseline_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """The finished single-device cells: the only cells a baseline is taken from."""
     return cells[
         (cells["status"] == "ok")
-        & (cells["mode"] == "single")
+        & (cells["mode"] == modes.BASELINE)
         & (cells["devices"] == 1)
         & cells["samples_per_s"].notna()
     ]

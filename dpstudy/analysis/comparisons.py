@@ -26,6 +26,7 @@ import pandas as pd
 
 from dpstudy.analysis import stats
 from dpstudy.analysis.keys import BASELINE_KEYS, SETTING_KEYS
+from dpstudy.study import modes
 
 COLUMNS = ("kind", "setting", "other", "members", "value", "low", "high", "claim", "repeats", "largest")
 KINDS = ("nodes", "accuracy", "backend")
@@ -53,8 +54,8 @@ def row(kind: str, a, b, members: pd.DataFrame, estimate: stats.Estimate, metric
 
 
 def across_nodes(settings: pd.DataFrame, throughput: dict[int, pd.Series]) -> list[dict]:
-    """Each multi-node DDP setting against each one-node setting of the same world size."""
-    rows = settings[(settings["devices"] > 1) & settings["speedup"].notna() & (settings["mode"] == "ddp")]
+    """Each multi-node setting against each one-node setting of the same world size."""
+    rows = settings[(settings["devices"] > 1) & settings["speedup"].notna()]
     keys = [k for k in SETTING_KEYS if k not in ("gpus", "nodes")]
     out = []
     for _, group in rows.groupby(keys, dropna=False):
@@ -88,7 +89,7 @@ def accuracy_gaps(settings: pd.DataFrame, accuracies: dict[int, pd.Series]) -> l
 
 def backends(settings: pd.DataFrame, throughput: dict[int, pd.Series]) -> list[dict]:
     """NCCL against Gloo at otherwise equal settings."""
-    ddp = settings[settings["mode"] == "ddp"]
+    ddp = settings[settings["mode"].isin(modes.per_device_modes())]
     keys = [k for k in SETTING_KEYS if k != "backend"]
     out = []
     for _, group in ddp.groupby(keys, dropna=False):

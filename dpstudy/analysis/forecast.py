@@ -35,16 +35,11 @@ import math
 
 import pandas as pd
 
-from dpstudy.analysis.keys import SETTING_KEYS
 from dpstudy.analysis.linefit import StepTime
 from dpstudy.analysis.memory_forecast import MemoryLine
 from dpstudy.analysis.step_model import MESSAGES, calibrate, comm_time, layout_of, step
-from dpstudy.analysis.strategies import STRATEGY_KEYS
+from dpstudy.study import modes
 
-BATCH_KEYS = ("batch", "global_batch", "devices")
-# compile stays in the forecast group though the strategies table counts it a strategy key: a compiled
-# step is not an eager one, so each calibrates only on cells of its own kind
-FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k == "compile" or k not in (*STRATEGY_KEYS, *BATCH_KEYS))
 Z95 = 1.96
 
 
@@ -126,12 +121,12 @@ class Calibration:
         if scheme not in MESSAGES:
             raise LookupError(f"{scheme} is not forecast (the model forecasts {', '.join(MESSAGES)})")
         b = global_batch / n
-        source = scheme
+        source, fallback = scheme, modes.scheme_name(*modes.REFERENCE)
         if not any(k[:2] == (scheme, backend) for k in self.calibrated):
-            source = "ddp"  # an FSDP scheme none of whose settings ran: DDP's share and overlap
+            source = fallback  # a scheme none of whose settings ran: DDP's share and overlap
         mine = [k for k in self.calibrated if k[:2] == (source, backend)]
         if not mine:
-            kinds = "DDP" if scheme == "ddp" else f"{scheme.replace('fsdp', 'FSDP')} or DDP"
+            kinds = label(fallback) if scheme == fallback else f"{label(scheme)} or {label(fallback)}"
             raise LookupError(f"no measured {kinds} setting over {backend} calibrates it")
         if (source, backend, n) in self.calibrated:
             cal, how_n = self.calibrated[(source, backend, n)], None
@@ -145,13 +140,12 @@ class Calibration:
         made, comm_extrapolated = self.step_at(scheme, backend, device, n, b, cal, share)
         step_s = made.total_s
         outside_b = not (self.batches[0] <= b <= self.batches[-1])
-        label = source.replace("ddp", "DDP").replace("fsdp", "FSDP")
         basis = [
             f"{len(self.single)} single-device batch(es)",
-            f"{cal['settings']} {label} setting(s) at n={n if how_n is None else how_n}",
+            f"{cal['settings']} {label(source)} setting(s) at n={n if how_n is None else how_n}",
         ]
         if source != scheme:
-            basis.append(f"no {scheme} setting ran: DDP's host share and overlap")
+            basis.append(f"no {scheme} setting ran: {label(fallback)}'s host share and overlap")
         if how_n is not None:
             basis.append(f"{n} ranks extrapolated from {how_n}")
         if outside_b:
@@ -174,6 +168,12 @@ class Calibration:
             "basis": "; ".join(basis),
             "distance": distance,
         }
+
+
+def label(scheme: str) -> str:
+    """'DDP', 'FSDP full': a scheme as the report names it."""
+    facts, made = modes.of_scheme(scheme)
+    return modes.display(facts.name, made.shard)
 
 
 def interval(predicted: float, sigma: float, distance: float) -> tuple[float, float]:

@@ -19,10 +19,12 @@ import pandas as pd
 
 from dpstudy.analysis import capacity
 from dpstudy.analysis.baseline import baseline_key
-from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval
+from dpstudy.analysis.forecast import Calibration, interval
+from dpstudy.analysis.keys import FORECAST_GROUP
 from dpstudy.analysis.memory_forecast import held_memory, outside_tracker, setting_memory
 from dpstudy.analysis.step_inputs import cell_parts, setting_parts
-from dpstudy.analysis.step_model import MESSAGES, scheme_of
+from dpstudy.analysis.step_model import MESSAGES
+from dpstudy.study import modes
 
 COLUMNS = (
     *FORECAST_GROUP,
@@ -64,7 +66,7 @@ def calibration_inputs(
     parts: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(single-device settings, settings over 2+ ranks of `schemes` with their `scheme`
-    (step_model.scheme_of), the medians of their cells' probes and the step model's parts
+    (dpstudy.study.modes.scheme_name), the medians of their cells' probes and the step model's parts
     (dpstudy.analysis.step_inputs.setting_parts: exposed communication from the probes or the traces
     as step_inputs.EXPOSED_FROM orders them, waiting for data per step from `epochs`, none without
     them)). Both carry `memory_mb`,
@@ -78,10 +80,10 @@ def calibration_inputs(
         held_mb=held_memory(settings, split),
     )
     settings = setting_parts(settings, cell_parts(cells, epochs) if parts is None else parts)
-    single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)]
-    multi = settings[settings["mode"].isin(["ddp", "fsdp", "dp"]) & (settings["devices"] > 1)].copy()
+    single = settings[(settings["mode"] == modes.BASELINE) & (settings["devices"] == 1)]
+    multi = settings[~settings["mode"].isin([modes.BASELINE]) & (settings["devices"] > 1)].copy()
     shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
-    multi["scheme"] = [scheme_of(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
+    multi["scheme"] = [modes.scheme_name(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
     multi = multi[multi["scheme"].isin(schemes) & multi["exposed_step_s"].notna() & multi["transfers_s"].notna()]
     columns = [c for c in (*PROBES, *OPTIONAL) if c in cells]
     probes = cells.set_index("cell")[columns]
@@ -208,7 +210,7 @@ def requested(
                 if model is None:
                     raise LookupError(unfit)
                 made = model.forecast(
-                    scheme_of(request["mode"], request.get("shard")),
+                    modes.scheme_name(request["mode"], request.get("shard")),
                     request["backend"],
                     group["env_device"],
                     request["gpus"],

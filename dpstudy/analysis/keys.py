@@ -1,12 +1,12 @@
-"""The columns that identify a cell, a setting and a single-device baseline in the tables."""
+"""The columns that identify a cell, a setting, a single-device baseline, a strategy, a workload and
+a forecast group in the tables: every key tuple of the analysis, here and nowhere else."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from dpstudy.study import schema
-from dpstudy.study.spec import DDP_KNOBS
+from dpstudy.study import modes, schema
 
 SPEC_KEYS = tuple(schema.schema()["$defs"]["spec"]["properties"])
 
@@ -44,8 +44,7 @@ BASELINE_IGNORES = (
     "repeat",
     "batch_scope",
     "lr_scaling",
-    *DDP_KNOBS,  # DDP's own arguments: a single device runs without them
-    "replicate",  # shard hybrid's replicas: likewise
+    *modes.knobs(),  # a mode's or a shard's own settings (DDP's, hybrid's replicate): one device runs without
     "trace_steps",  # steps traced after the timed epochs: no timed figure changes with it
 )
 BASELINE_KEYS = tuple(k for k in SPEC_KEYS if k not in BASELINE_IGNORES) + ("env_device",)
@@ -63,3 +62,25 @@ def column_value(value: Any) -> Any:
     """A spec value as a table holds it: a dict (model_args) as its key-sorted JSON text, which
     groups, compares and reads back from CSV as itself."""
     return json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
+
+
+# A mode's and a shard's own settings, in the order the tables show them: the shard's beside it.
+SHARD_KNOBS = tuple(k for m in modes.TABLE.values() for s in m.schemes for k in s.knobs)
+MODE_KNOBS = tuple(k for m in modes.TABLE.values() for k in m.knobs)
+# How a workload is spread over devices (docs/glossary.md, strategy)
+STRATEGY_KEYS = (
+    *("mode", "gpus", "nodes", "backend", "shard", *SHARD_KNOBS, "compile", "batch_scope", "lr_scaling"),
+    *MODE_KNOBS,
+)
+# follow from the strategy at the workload's global batch
+DERIVED_KEYS = ("devices", "batch")
+# A setting up to its strategy (docs/glossary.md, workload): what strategies are compared on
+WORKLOAD_KEYS = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *DERIVED_KEYS))
+# A workload up to its global batch: what a strategy's largest batch is sought within
+# (dpstudy.analysis.largest_batch)
+GROUP_KEYS = tuple(k for k in WORKLOAD_KEYS if k != "global_batch")
+BATCH_KEYS = ("batch", "global_batch", "devices")
+# What one calibration of the step model covers (dpstudy.analysis.forecast). compile stays in it
+# though the strategies table counts it a strategy key: a compiled step is not an eager one, so
+# each calibrates only on cells of its own kind
+FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k == "compile" or k not in (*STRATEGY_KEYS, *BATCH_KEYS))

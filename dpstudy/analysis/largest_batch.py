@@ -40,17 +40,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dpstudy.analysis import stats
+from dpstudy.analysis import memory_forecast, stats
 from dpstudy.analysis.capacity import measured
-from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval
+from dpstudy.analysis.forecast import Calibration, interval
 from dpstudy.analysis.forecast_table import calibration_inputs, group_of, held_out_rows, model_sigma, sigmas
+from dpstudy.analysis.keys import FORECAST_GROUP, GROUP_KEYS, STRATEGY_KEYS
 from dpstudy.analysis.linefit import line_fit
 from dpstudy.analysis.memory_forecast import MemoryLine, held_memory
-from dpstudy.analysis.step_model import scheme_of
-from dpstudy.analysis.strategies import STRATEGY_KEYS, WORKLOAD_KEYS, with_device_kind
+from dpstudy.analysis.strategies import with_device_kind
+from dpstudy.study import modes
 from dpstudy.study.budget import FRAGMENTATION, GIB, need_of
 
-GROUP_KEYS = tuple(k for k in WORKLOAD_KEYS if k != "global_batch")
 KEYS = (*GROUP_KEYS, *STRATEGY_KEYS)
 METRICS = tuple(f"{m}{p}" for m in ("samples_per_s", "tokens_per_s", "mfu") for p in ("", "_low", "_high"))
 COLUMNS = (
@@ -58,10 +58,12 @@ COLUMNS = (
     *("capacity_mb", "capacity_source", "largest_batch", "largest_global_batch", "need_mb", "how"),
     *("source", "reason", "setting", "basis", *METRICS, "rank", "fastest", "lead_claim"),
 )
-UNMODELLED = {  # schemes neither the memory model nor the throughput model has
-    "dp": "the step model prices no DP (its scatter, replicate and gather)",
-    "fsdp hybrid": "the step model prices no HSDP (its two-level collectives)",
+UNMODELLED = {  # schemes neither the memory model nor the throughput model has (the modes' table)
+    name: f"the step model prices no {modes.display(*name.partition(' ')[::2])} ({modes.of_scheme(name)[1].unpriced})"
+    for name in modes.schemes()
+    if modes.of_scheme(name)[1].unpriced
 }
+ONE_DEVICE = modes.scheme_name(modes.BASELINE)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def model_line(single: pd.DataFrame, multi: pd.DataFrame, scheme: str, n: int) -
         return None, "fewer than two per-device batches of its own, and no memory measured in its forecast group"
     outside = pd.concat([frame["outside_mb"] for frame in (single, multi)]).dropna()
     fixed = memory.at(0.0, n, scheme) + (float(outside.median()) if len(outside) else 0.0)
-    rests = single if single["memory_mb"].notna().any() else multi[multi["scheme"] == "ddp"]
+    rests = single if single["memory_mb"].notna().any() else multi[~multi["scheme"].map(memory_forecast.sharded)]
     batches = tuple(sorted(set(per_device(rests[rests["memory_mb"].notna()]))))
     return Line(fixed, memory.per_sample, batches, f"the forecast group's memory model ({memory.basis})"), ""
 
@@ -166,12 +168,12 @@ class Forecaster:
 
     def at(self, strategy: dict, b: int) -> dict:
         """The forecast of `strategy` at per-device batch b, or source none and why."""
-        scheme, n = scheme_of(strategy["mode"], strategy["shard"]), int(strategy["devices"])
+        scheme, n = modes.scheme_name(strategy["mode"], strategy["shard"]), int(strategy["devices"])
         key = tuple(strategy[k] for k in FORECAST_GROUP)
         singles = group_of(self.single, key)
         if singles.empty:
             return none("not forecast: no one-device setting of its forecast group finished")
-        if scheme == "single":
+        if scheme == ONE_DEVICE:
             model = Calibration(singles, self.multi.iloc[0:0], self.fits)
             low, high = model.batches[0], model.batches[-1]
             distance = 0.0 if low <= b <= high else min(abs(math.log2(b / low)), abs(math.log2(b / high)))
@@ -222,7 +224,7 @@ def with_work(made: dict, own: pd.DataFrame, cells: pd.DataFrame) -> dict:
 
 def strategy_row(strategy: dict, cells: pd.DataFrame, own: pd.DataFrame, study: dict) -> dict:
     """One strategy's row (the module docstring)."""
-    scheme, n = scheme_of(strategy["mode"], strategy["shard"]), int(strategy["devices"])
+    scheme, n = modes.scheme_name(strategy["mode"], strategy["shard"]), int(strategy["devices"])
     key = tuple(strategy[k] for k in FORECAST_GROUP)
     line, why = own_line(cells, own, study["planned"]), ""
     if line is None:

@@ -6,7 +6,7 @@ per-device batch's activations, growing with it. So one device's peak(b) = fixed
 line through the forecast group's single-device settings. A DDP rank holds all of `fixed` and what
 DDP keeps beyond one device (its reducer's buckets, about one more gradient); an FSDP rank holds
 `fixed` / n, its shard, and what FSDP keeps beyond it (the units it has gathered). Each scheme's
-(dpstudy.analysis.forecast.scheme_of) extra is the median over its calibrating settings of their
+(dpstudy.study.modes.scheme_name) extra is the median over its calibrating settings of their
 peak above that base; a scheme none of whose settings measured memory adds nothing, and says so in
 the basis. Without single-device memory, the line through the DDP settings alone. The line is the
 tracker's; on CUDA the allocator holds more at the same step (library workspaces, a `device`
@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis.linefit import line_fit
+from dpstudy.study import modes
 
 
 def setting_memory(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Series:
@@ -57,7 +58,8 @@ def _per_setting(settings: pd.DataFrame, per_cell: pd.Series) -> pd.Series:
 
 
 def sharded(scheme: str) -> bool:
-    return scheme.startswith("fsdp")
+    """Whether a scheme's devices hold a shard of the model state (dpstudy.study.modes)."""
+    return bool(modes.of_scheme(scheme)[1].sharded)
 
 
 class MemoryLine:
@@ -67,7 +69,7 @@ class MemoryLine:
     def __init__(self, single: list[tuple[float, float]], multi: list[tuple[str, float, int, float]]):
         single = [(b, mb) for b, mb in single if np.isfinite(mb)]
         multi = [(s, b, n, mb) for s, b, n, mb in multi if np.isfinite(mb)]
-        ddp = [(b, mb) for s, b, _, mb in multi if s == "ddp"]
+        ddp = [(b, mb) for s, b, _, mb in multi if not sharded(s)]  # replicas: one device's state
         self.known = bool(single or ddp)
         self.extra: dict[str, float] = {}
         if single:
@@ -87,7 +89,7 @@ class MemoryLine:
     def base(self, b: float, n: int, scheme: str) -> float:
         return self.fixed / (n if sharded(scheme) else 1) + self.per_sample * b
 
-    def at(self, b: float, n: int = 1, scheme: str = "ddp") -> float:
+    def at(self, b: float, n: int, scheme: str) -> float:
         """MB on the fullest device of a rank of `scheme` over n ranks at per-device batch b (NaN:
         nothing measured)."""
         return self.base(b, n, scheme) + self.extra.get(scheme, 0.0) if self.known else math.nan

@@ -30,13 +30,12 @@ import pandas as pd
 
 from dpstudy.analysis import stats
 from dpstudy.analysis.baseline import Baselines, baseline_key
-from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration
+from dpstudy.analysis.forecast import Calibration
 from dpstudy.analysis.forecast_table import calibration_inputs, group_of
-from dpstudy.analysis.keys import SETTING_KEYS
+from dpstudy.analysis.keys import FORECAST_GROUP, SETTING_KEYS
 from dpstudy.analysis.step_inputs import cell_parts, setting_parts
-from dpstudy.analysis.step_model import MESSAGES, scheme_of
+from dpstudy.study import modes
 
-SCHEMES = (*MESSAGES, "fsdp hybrid", "dp")
 LOSSES = {
     "loss_compute_s": "per-device compute (a step at 1/n of the batch costs more than 1/n: costs every rank pays)",
     "loss_sharing_s": "ranks sharing a host, slowing each other's steps",
@@ -73,7 +72,7 @@ def calibrations(
 ) -> dict:
     """Per forecast group (its values as baseline.baseline_key makes them, missing ones None): its
     Calibration over every one of its settings, DP and HSDP included."""
-    single, multi = calibration_inputs(settings, cells, None, epochs, SCHEMES, parts)
+    single, multi = calibration_inputs(settings, cells, None, epochs, modes.multi_device_schemes(), parts)
     out = {}
     for key, own in multi.groupby(list(FORECAST_GROUP), dropna=False, sort=True):
         singles = group_of(single, key)
@@ -84,7 +83,7 @@ def calibrations(
 
 def breakdown(cell: pd.Series, own: pd.Series, base: pd.Series, model: Calibration | None) -> dict:
     """One cell's row (see the module's docstring): `own` and `base` its and its baseline's parts."""
-    n, scheme = int(cell["devices"]), scheme_of(cell["mode"], cell.get("shard"))
+    n, scheme = int(cell["devices"]), modes.scheme_name(cell["mode"], cell.get("shard"))
     b = cell["global_batch"] / n
     cal = model.calibrated.get((scheme, cell["backend"], n)) if model else None
     parts = dict.fromkeys(("t1_s", "sharing_s", "fixed_s"), math.nan)
@@ -95,7 +94,7 @@ def breakdown(cell: pd.Series, own: pd.Series, base: pd.Series, model: Calibrati
             comm = model.comm(scheme, cell["backend"], cell["env_device"], n)[0]
         except LookupError:  # no fit, or DP and HSDP, whose collectives the model does not price
             pass
-    dp = cell["mode"] == "dp"
+    dp = modes.TABLE[cell["mode"]].transfers
     parts["exposed_s"] = 0.0 if dp else own["exposed_step_s"]
     parts["data_s"] = own["data_step_s"]
     parts["transfers_s"] = own["transfers_s"] if dp else 0.0

@@ -30,6 +30,7 @@ from scipy import stats as scipy_stats
 from dpstudy.analysis.baseline import Baselines
 from dpstudy.analysis.keys import SETTING_KEYS
 from dpstudy.record.fields import IN_CELL_RATES
+from dpstudy.study import modes
 
 LEVEL = 0.95
 METHOD = "Welch t-interval on log throughput"
@@ -207,7 +208,7 @@ def settings_table(cells: pd.DataFrame) -> pd.DataFrame:
         for part in ("", "_low", "_high"):
             row[f"efficiency{part}"] = row[f"speedup{part}"] / setting["devices"]
         noise = np.nanmax([row["noise_cv"], row["baseline_noise_cv"], -1.0])
-        own_baseline = setting["mode"] == "single" and setting["devices"] == 1  # claims no effect
+        own_baseline = setting["mode"] == modes.BASELINE and setting["devices"] == 1  # claims no effect
         row["noisy"] = bool(pd.notna(row["speedup"]) and not own_baseline and noise > abs(row["speedup"] - 1))
         row["setting"] = len(rows)
         row["noise_max_cv"] = noise if noise >= 0 else math.nan

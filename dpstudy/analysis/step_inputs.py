@@ -22,6 +22,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from dpstudy.study import modes
+
 CELL_PARTS = ("step_s", "data_step_s", "exposed_step_s", "transfers_s", "traced_exposed_s")
 # Which measurement of the exposed communication the step model reads first, per device kind. On a
 # GPU the trace times the NCCL kernels on the device, beside the compute kernels. On a CPU the two
@@ -83,7 +85,7 @@ def setting_parts(settings: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
     for name in CELL_PARTS:
         out[name] = [float(parts.loc[i, name].median()) if i else math.nan for i in ids]
     out["exposed_source"] = [parts.loc[i, "exposed_source"].mode().iloc[0] if i else "none" for i in ids]
-    dp = (out["mode"] == "dp").to_numpy()
+    dp = out["mode"].isin(modes.transfer_modes()).to_numpy()
     out.loc[dp, "exposed_step_s"] = 0.0
     out.loc[~dp, "transfers_s"] = 0.0
     out["data_step_s"] = out["data_step_s"].fillna(0.0)

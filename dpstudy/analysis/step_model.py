@@ -2,7 +2,7 @@
 (dpstudy.analysis.forecast) and "why not n x" is its breakdown at the ones that did
 (dpstudy.analysis.scaling).
 
-A step of a scheme (a key of MESSAGES, or dp, or fsdp hybrid) over n ranks at per-device batch b:
+A step of a scheme (dpstudy.study.modes: a mode and its shard) over n ranks at per-device batch b:
 
   step(n, b) = t1(b) + sharing + fixed + exposed + data + transfers, in seconds, where
     t1(b)      one device's step at the per-device batch without its waiting for data (forward,
@@ -34,29 +34,20 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis.comm_fit import predicted_time
+from dpstudy.study import modes
 from dpstudy.util.busfactors import bus_factor
 
-# Per scheme, its collectives per step: (collective, the layout's message count, its bytes)
+# Per priced scheme, its collectives per step as the modes' table states them: (collective, the
+# layout's message count, its bytes); the other schemes (DP's transfers, HSDP's two levels) calibrate
+# their breakdown but are never forecast
 MESSAGES = {
-    "ddp": (("all_reduce", "buckets", "grad_bytes"),),
-    "fsdp full": (
-        ("all_gather", "units", "gather_bytes"),
-        ("all_gather", "units", "gather_bytes"),
-        ("reduce_scatter", "units", "grad_bytes"),
-    ),
-    "fsdp grad_op": (("all_gather", "units", "gather_bytes"), ("reduce_scatter", "units", "grad_bytes")),
+    name: tuple((c.op, c.count, c.size) for c in modes.of_scheme(name)[1].collectives)
+    for name in modes.priced_schemes()
 }
 # FSDP's all-gather moves the parameters in the compute dtype of its mixed-precision policy
 GATHER_SHARE = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
 # the parts of a step, in the order they add up (Step.parts)
 PARTS = ("t1_s", "sharing_s", "fixed_s", "exposed_s", "data_s", "transfers_s")
-
-
-def scheme_of(mode: str, shard) -> str:
-    """The scheme of a setting's mode and shard (an FSDP setting without one shards full). Only
-    MESSAGES' schemes are priced: fsdp hybrid's two-level collectives and DP's transfers are not,
-    so they calibrate their own breakdown but are never forecast."""
-    return f"fsdp {shard if shard in ('full', 'grad_op', 'hybrid') else 'full'}" if mode == "fsdp" else mode
 
 
 @dataclass(frozen=True)

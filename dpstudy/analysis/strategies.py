@@ -46,17 +46,10 @@ import math
 import pandas as pd
 
 from dpstudy.analysis import stats
-from dpstudy.analysis.keys import SETTING_KEYS
+from dpstudy.analysis.keys import DERIVED_KEYS, STRATEGY_KEYS, WORKLOAD_KEYS
 from dpstudy.record.fields import BUDGET_MARK
-from dpstudy.study.spec import DDP_KNOBS
+from dpstudy.study import modes
 
-STRATEGY_KEYS = (
-    *("mode", "gpus", "nodes", "backend", "shard", "replicate", "compile", "batch_scope", "lr_scaling"),
-    *DDP_KNOBS,
-)
-# follow from the strategy at the workload's global batch
-DERIVED_KEYS = ("devices", "batch")
-WORKLOAD_KEYS = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *DERIVED_KEYS))
 # the throughput in work, per setting with its interval (dpstudy.analysis.utilisation)
 THROUGHPUTS = ("tokens_per_s", "tokens_per_s_per_device", "mfu")
 COLUMNS = (
@@ -221,7 +214,7 @@ def join_model(
             continue
         number = int(row["setting"])
         setting = by_number.loc[number]
-        if row["mode"] == "single" and setting["devices"] == 1:
+        if row["mode"] == modes.BASELINE and setting["devices"] == 1:
             out.at[i, "predicted_samples_per_s"] = setting["samples_per_s"]  # its own baseline
         elif number in held_out.index:
             out.at[i, "predicted_samples_per_s"] = held_out[number]
@@ -244,7 +237,7 @@ def rank(workload: pd.DataFrame) -> pd.DataFrame:
     # a strategy that did not learn is no candidate: the fastest is the best ranked one that did
     candidates = out["rank"].where(out["learned"].fillna(True).astype(bool))
     out["fastest"] = candidates == candidates.min()
-    reference = out[(out["mode"] == "single") & (out["devices"] == 1) & ~out["compile"].astype(bool) & finished]
+    reference = out[(out["mode"] == modes.BASELINE) & (out["devices"] == 1) & ~out["compile"].astype(bool) & finished]
     base = reference["samples"].iloc[0] if len(reference) == 1 else []
     for column in ("vs_one_device", "vs_next"):
         for part in ("", "_low", "_high"):

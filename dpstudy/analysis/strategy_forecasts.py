@@ -18,7 +18,7 @@ import math
 
 import pandas as pd
 
-from dpstudy.analysis.strategies import STRATEGY_KEYS, WORKLOAD_KEYS
+from dpstudy.analysis.keys import STRATEGY_KEYS, WORKLOAD_KEYS
 
 
 def forecast_rows(strategies: pd.DataFrame, forecasts: pd.DataFrame) -> pd.DataFrame:

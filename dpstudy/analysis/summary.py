@@ -16,6 +16,7 @@ import pandas as pd
 
 from dpstudy.analysis import floor as machine_floor
 from dpstudy.analysis.stats import VERDICTS
+from dpstudy.study import modes
 
 BUSY_CORES = 0.25  # other processes' mean CPU (cores) above which a run counts as measured on a busy host
 VERDICT_COLUMNS = {v: v.replace(" ", "_") for v in VERDICTS}  # faster, slower, within_noise, noisier
@@ -77,7 +78,7 @@ def summary_table(cells: pd.DataFrame, settings: pd.DataFrame, floor: pd.DataFra
     them; near_machine: how many are steady or near the machine's own moving (noise_cv <=
     machine_floor.steady_bound(machine_cv))."""
     multi = settings[(settings["devices"] > 1) & settings["speedup"].notna()]
-    singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
+    singles = settings[(settings["mode"] == modes.BASELINE) & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     ok = finished(cells)
     busy = ok[ok["other_load"] > BUSY_CORES]
     gauged = settings[settings["noise_cv"].notna() & settings["machine_cv"].notna()]

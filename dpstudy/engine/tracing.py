@@ -127,7 +127,7 @@ def traced_steps(trainer, steps: int, raw: str) -> list[dict]:
                     x, y = next(batches)
                 trainer.step(x, y)
                 mode.synchronize()
-    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.mode.zero_grad(trainer.optimizer)
     prof.export_chrome_trace(raw)
     with open(raw) as f:
         return json.load(f)["traceEvents"]

@@ -18,7 +18,6 @@ from dpstudy.engine.heartbeat import BACKWARD, EVALUATING, FORWARD, LOADING, NoH
 from dpstudy.engine.modes import Mode
 from dpstudy.engine.monitor import HostLoad, peak_memory_mb, peak_reserved_mb, reset_peaks
 from dpstudy.engine.reference import InCell
-from dpstudy.study import spec as specs
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -80,14 +79,9 @@ class Trainer:
         # (batch x seq_len x vocab) is never made whole, as torchtitan compiles its loss too
         self.loss = torch.compile(objective.loss, **COMPILE_OPTIONS) if self.compiled else objective.loss
         self.build_replica = build_replica
-        params = self.model.parameters()
-        lr = specs.scaled_lr(spec)
-        self.optimizer = (
-            torch.optim.SGD(params, lr=lr, momentum=spec["momentum"], weight_decay=spec["weight_decay"])
-            if spec["optimizer"] == "sgd"
-            else torch.optim.Adam(params, lr=lr, weight_decay=spec["weight_decay"])
-        )
         self.scaler = torch.amp.GradScaler(mode.device.type, enabled=spec["precision"] == "fp16")
+        # the model as its steps train it and their optimizer: a ZeRO engine owns both
+        self.model, self.optimizer = mode.optimizer(self.model, spec, self.amp_dtype)
         self.fault = fault
         self.heartbeat = heartbeat or NoHeartbeat()
         self.window = SteadyWindow(spec["warmup_steps"])
@@ -99,15 +93,15 @@ class Trainer:
         return self.mode.autocast(self.amp_dtype)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.optimizer.zero_grad(set_to_none=True)
+        """One training step: forward, backward and the optimizer's step, each as the mode runs it."""
+        self.mode.zero_grad(self.optimizer)
         with compiler_errors(self.compiled):  # forward and backward both compile lazily
             with self.autocast():
                 logits = self.model(x)
                 loss = self.loss(logits, y)
             self.heartbeat.beat(BACKWARD)  # where DDP and FSDP wait for their peers
-            self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+            self.mode.backward(loss, self.scaler)
+        self.mode.optimizer_step(self.optimizer, self.scaler)
         return loss.detach() * len(y), objective.correct(logits.detach(), y)
 
     def train_epoch(self, epoch: int) -> dict:

@@ -34,6 +34,7 @@ import pandas as pd
 from dpstudy.analysis.linefit import StepTime
 from dpstudy.data.task import Task
 from dpstudy.gpucheck.study import noise_figures, run_in_copy
+from dpstudy.study import modes
 
 # Epochs per model: a cell's steady window (every step after the warm-up) of at least about a
 # second on an H100. 8,192 images a cell, as before, gave simplecnn windows of 30-200 ms and
@@ -65,7 +66,9 @@ SYNTHETIC = Task.image(1, 28, 10)  # the edge cell's dataset, `synthetic`
 
 def batch_forecasts(settings: pd.DataFrame) -> pd.DataFrame:
     """Per model, the throughput at each inner batch from the line through the outer two."""
-    single = settings[(settings["mode"] == "single") & (settings["devices"] == 1)].dropna(subset=["samples_per_s"])
+    single = settings[(settings["mode"] == modes.BASELINE) & (settings["devices"] == 1)].dropna(
+        subset=["samples_per_s"]
+    )
     rows = []
     for (_, model), own in single.groupby(["dataset", "model"]):
         own = own.sort_values("global_batch")
@@ -217,7 +220,7 @@ def evaluate(tables: dict[str, pd.DataFrame], edge: dict | None = None, total_mb
         details["batch_median_error"] = "no model has three single-device batches measured"
     single = pd.DataFrame(columns=["noise_cv"])
     if settings is not None and "noise_cv" in settings:
-        single = settings[(settings["mode"] == "single") & (settings["env_device"] == "cuda")].dropna(
+        single = settings[(settings["mode"] == modes.BASELINE) & (settings["env_device"] == "cuda")].dropna(
             subset=["noise_cv"]
         )
     if len(single):

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpstudy.analysis.forecast import FORECAST_GROUP, Calibration, interval
+from dpstudy.analysis.forecast import Calibration, interval
 from dpstudy.analysis.forecast_table import calibration_inputs, group_of, model_sigma
+from dpstudy.analysis.keys import FORECAST_GROUP
 from dpstudy.gpucheck.study import run_in_copy
 
 MIN_GPUS = 3

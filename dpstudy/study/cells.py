@@ -9,7 +9,7 @@ from typing import Any
 
 from dpstudy import models
 from dpstudy.data.user import folder_name
-from dpstudy.study.spec import DDP_KNOBS
+from dpstudy.study import modes
 from dpstudy.util import refs
 
 LONGEST_TOKEN = 40  # a longer value (a dict of model_args) is cut and a hash of it appended
@@ -37,10 +37,10 @@ def value_token(value: Any) -> str:
 
 # The keys every id spells out (base_id); other keys appear only where a sweep sets them.
 ID_KEYS = ("dataset", "model", "mode", "gpus", "nodes", "batch", "backend")
-# Keys of one mode only (fsdp's shard, ddp's knobs): left out of the id of a cell whose mode does not
-# take them, where they are 'none' or None, so that a ddp cell in a grid with fsdp shardings keeps
-# its plain id.
-MODE_ONLY_KEYS = ("shard", "replicate", *DDP_KNOBS)
+# Keys of one mode or shard only (a sharding mode's shard, ddp's knobs, hybrid's replicate): left
+# out of the id of a cell whose mode does not take them, where they are 'none' or None, so that a
+# ddp cell in a grid with fsdp shardings keeps its plain id.
+MODE_ONLY_KEYS = ("shard", *modes.knobs())
 
 
 def base_id(spec: dict[str, Any]) -> str:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from dpstudy.study import modes
 from dpstudy.util.errors import ConfigError
 
 GRID_KEYS = ("mode", "shard", "gpus", "nodes", "batch", "backend")
 FILTER_KEYS = ("dataset", "model")
-FORECAST_MODES = ("ddp", "fsdp")  # what dpstudy.analysis.forecast models
-DEFAULTS = {"mode": ["ddp"], "shard": ["full"], "nodes": [1]}
+DEFAULTS = {"mode": [modes.REFERENCE[0]], "nodes": [1]}
 
 
 def requests(study: dict[str, Any]) -> list[dict[str, Any]]:
@@ -24,11 +24,13 @@ def requests(study: dict[str, Any]) -> list[dict[str, Any]]:
     for index, item in enumerate(study.get("forecast", []), start=1):
         where = f"forecast #{index}: "
         grid = {k: item.get(k, DEFAULTS.get(k)) for k in GRID_KEYS}
+        forecast = modes.forecast_modes()
         for mode in grid["mode"]:
-            if mode not in FORECAST_MODES:
+            if mode not in forecast:
+                unforecast = modes.listed([m for m in modes.TABLE if m not in forecast], "and")
                 raise ConfigError(
                     f"{where}mode {mode!r} cannot be forecast: the model forecasts "
-                    f"{', '.join(FORECAST_MODES)} (single and dp are measured, not forecast)"
+                    f"{', '.join(forecast)} ({unforecast} are measured, not forecast)"
                 )
         for nodes in grid["nodes"]:
             if nodes != 1:
@@ -37,13 +39,25 @@ def requests(study: dict[str, Any]) -> list[dict[str, Any]]:
             if batch % gpus:
                 raise ConfigError(f"{where}batch {batch} is not divisible by gpus {gpus} (batch is the global batch)")
         filters = {k: item.get(k) for k in FILTER_KEYS}
-        if "shard" in item and "fsdp" not in grid["mode"]:
-            raise ConfigError(f"{where}shard is FSDP's: the item forecasts mode {', '.join(grid['mode'])}")
+        if grid["shard"] is None:
+            grid["shard"] = [modes.NO_SHARD]  # each mode's default
+        for shard in (s for s in grid["shard"] if s != modes.NO_SHARD):
+            takers = [m for m in grid["mode"] if shard in modes.TABLE[m].shards]
+            if not takers:
+                raise ConfigError(f"{where}shard {shard!r} is no shard of mode {modes.listed(grid['mode'])}")
+            for mode in takers:
+                if modes.scheme_name(mode, shard) not in modes.priced_schemes():
+                    why = modes.scheme(mode, shard).unpriced
+                    raise ConfigError(
+                        f"{where}mode {mode} with shard {shard!r} cannot be forecast: {why} are not priced"
+                    )
         combos = (dict(zip(GRID_KEYS, combo, strict=True)) for combo in itertools.product(*grid.values()))
         seen = []
         for combo in combos:
-            fsdp = combo["mode"] == "fsdp"
-            combo["shard"] = ("full" if combo["shard"] == "none" else combo["shard"]) if fsdp else "none"
+            facts, shard = modes.TABLE[combo["mode"]], combo["shard"]
+            if shard not in (*facts.shards, modes.NO_SHARD) and facts.shards != (modes.NO_SHARD,):
+                continue  # another sharding mode's shard
+            combo["shard"] = modes.shard_of(combo["mode"], shard)
             if combo not in seen:  # a DDP request once, whatever FSDP's shards
                 seen.append(combo)
         out += [{**combo, **filters} for combo in seen]

@@ -10,6 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from dpstudy.study import modes
 from dpstudy.util import yamlfile
 from dpstudy.util.errors import ConfigError
 
@@ -18,8 +19,30 @@ SCHEMA_PATH = Path(__file__).with_name("schema.yaml")
 
 @functools.cache
 def schema() -> dict:
+    """The schema, its mode and shard enums and their descriptions filled from the modes' table
+    (dpstudy.study.modes), the one statement of what the modes are."""
     with open(SCHEMA_PATH) as f:
-        return yamlfile.safe_load(f)
+        loaded = yamlfile.safe_load(f)
+    defs = loaded["$defs"]
+    defs["mode"] = {
+        "enum": list(modes.TABLE),
+        "description": "; ".join(f"{m.name}: {m.description}" for m in modes.TABLE.values()) + ".",
+    }
+    sharded = [(m, s) for m in modes.TABLE.values() for s in m.schemes if s.shard != modes.NO_SHARD]
+    defs["shard"] = {
+        **defs["shard"],
+        "enum": list(modes.SHARDS),
+        "description": (
+            "How a cell of a sharding mode spreads the model over its devices: "
+            + "; ".join(f"{m.name} {s.shard} ({s.description})" for m, s in sharded)
+            + ". A cell without it takes its mode's first ("
+            + ", ".join(
+                f"{m.name}: {m.default_shard}" for m in modes.TABLE.values() if m.default_shard != modes.NO_SHARD
+            )
+            + "); the other modes take none. In the cell id only where a sweep sets it."
+        ),
+    }
+    return loaded
 
 
 @functools.cache

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpstudy.study import schema
+from dpstudy.study import modes, schema
 from dpstudy.util.errors import ConfigError
 
 
@@ -61,46 +61,52 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
         raise ConfigError(f"{where}batch {cell['batch']} is not divisible by {over} under batch_scope 'global'")
     if cell.get("workers", 0) and cell.get("loader") != "torch":
         raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
-    if cell["mode"] != "ddp":
-        for key in (k for k in DDP_KNOBS if cell.get(k) is not None):
-            raise ConfigError(
-                f"{where}{key} {json.dumps(cell[key])} is DistributedDataParallel's: mode ddp only, "
-                f"not mode {cell['mode']!r} (leave it null)"
-            )
+    gap = knob_gap(cell)
+    if gap:
+        raise ConfigError(where + gap)
     gap = replicate_gap(cell)
     if gap:
         raise ConfigError(where + gap)
 
 
-# single and dp run as one process on one node, and take no process-group backend; ddp and fsdp
-# run one process per device through torchrun, on one node or several.
-ONE_PROCESS_MODES = ("single", "dp")
-PROCESS_PER_DEVICE_MODES = ("ddp", "fsdp")
-# How fsdp shards (schema $defs/shard); the other modes take none. hybrid (HSDP): full inside each
-# of `replicate` replicas (replicas).
-SHARDINGS = ("full", "grad_op", "hybrid")
-# DistributedDataParallel's arguments a study may set (schema $defs/settings); None: DDP's default,
-# the only value of the other modes.
-DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "broadcast_buffers", "static_graph")
+# What each mode is (its processes, backends, shards, knobs) is dpstudy.study.modes' table.
 
 
 def setup_gap(cell: dict[str, Any]) -> str | None:
     """Why a cell's mode, gpus, nodes, backend and shard do not go together, or None: the one
     statement of these rules (spec validation raises it, a sweep's grid prunes by it)."""
     mode, gpus, backend, nodes = cell["mode"], cell["gpus"], cell["backend"], cell.get("nodes", 1)
-    shard = cell.get("shard", "none")
-    if mode == "single" and gpus != 1:
-        return f"mode 'single' needs gpus 1, got gpus {gpus}"
-    if mode in ONE_PROCESS_MODES and backend != "none":
-        return f"mode {mode!r} takes backend 'none', got backend {backend!r}"
-    if mode in PROCESS_PER_DEVICE_MODES and backend == "none":
-        return f"mode {mode!r} needs backend 'nccl' or 'gloo', got backend 'none'"
-    if nodes > 1 and mode in ONE_PROCESS_MODES:
-        return f"mode {mode!r} runs as one process on one node, got nodes {nodes}; only ddp and fsdp span nodes"
-    if mode == "fsdp" and shard not in SHARDINGS:
-        return f"mode 'fsdp' needs shard 'full', 'grad_op' or 'hybrid', got shard {shard!r}"
-    if mode != "fsdp" and shard != "none":
-        return f"mode {mode!r} takes shard 'none' (only fsdp shards), got shard {shard!r}"
+    facts, shard = modes.TABLE[mode], cell.get("shard", modes.NO_SHARD)
+    if facts.one_device and gpus != 1:
+        return f"mode {mode!r} needs gpus 1, got gpus {gpus}"
+    if backend not in facts.backends:
+        verb = "takes" if len(facts.backends) == 1 else "needs"
+        return f"mode {mode!r} {verb} backend {modes.listed(repr(b) for b in facts.backends)}, got backend {backend!r}"
+    if nodes > 1 and not facts.per_device:
+        spanning = modes.listed(modes.per_device_modes(), "and")
+        return f"mode {mode!r} runs as one process on one node, got nodes {nodes}; only {spanning} span nodes"
+    if shard not in facts.shards:
+        if facts.shards == (modes.NO_SHARD,):
+            sharding = modes.sharding_modes()
+            who = f"{modes.listed(sharding, 'and')} {'shards' if len(sharding) == 1 else 'shard'}"
+            return f"mode {mode!r} takes shard 'none' (only {who}), got shard {shard!r}"
+        takes = modes.listed(repr(s) for s in facts.shards)
+        return f"mode {mode!r} needs shard {takes}, got shard {shard!r}"
+    if facts.no_compile and cell.get("compile"):
+        return f"compile: true is not supported with mode {mode!r}: {facts.no_compile}"
+    return None
+
+
+def knob_gap(cell: dict[str, Any]) -> str | None:
+    """Why a setting of one mode (DDP's knobs) is set on a cell of another, or None."""
+    facts = modes.TABLE[cell["mode"]]
+    for owner in modes.TABLE.values():
+        for key in owner.knobs:
+            if key not in facts.knobs and cell.get(key) is not None:
+                return (
+                    f"{key} {json.dumps(cell[key])} is {owner.full_name}'s: mode {owner.name} only, "
+                    f"not mode {cell['mode']!r} (leave it null)"
+                )
     return None
 
 
@@ -109,12 +115,13 @@ def replicate_gap(cell: dict[str, Any]) -> str | None:
     of these rules. replicate is shard hybrid's only; hybrid needs 2 or more replicas (one is
     shard full), each of 2 or more devices (one device a replica is DDP), and the devices divided
     evenly; null means one replica per node, so on one node it must be given."""
-    shard, replicate, n = cell.get("shard", "none"), cell.get("replicate"), devices(cell)
-    if shard != "hybrid":
+    shard, replicate, n = cell.get("shard", modes.NO_SHARD), cell.get("replicate"), devices(cell)
+    if "replicate" not in modes.scheme(cell["mode"], shard).knobs:
         if replicate is None:
             return None
+        owner, of = next((m, s) for m in modes.TABLE.values() for s in m.schemes if "replicate" in s.knobs)
         return (
-            f"replicate {replicate} is the replica count of mode 'fsdp' with shard 'hybrid', "
+            f"replicate {replicate} is the replica count of mode {owner.name!r} with shard {of.shard!r}, "
             f"got mode {cell['mode']!r} with shard {shard!r} (leave it null)"
         )
     count = replicas(cell)
@@ -146,19 +153,18 @@ def replicas(spec: dict[str, Any]) -> int | None:
 
 def backend_of(mode: str, backend: str) -> str:
     """The backend a cell of `mode` runs with: none for the one-process modes."""
-    return "none" if mode in ONE_PROCESS_MODES else backend
+    return backend if modes.TABLE[mode].per_device else modes.NO_BACKEND
 
 
 def shard_of(mode: str, shard: str) -> str:
-    """The sharding a cell of `mode` runs with: full for fsdp unless it says grad_op; none otherwise."""
-    if mode != "fsdp":
-        return "none"
-    return shard if shard in SHARDINGS else "full"
+    """The sharding a cell of `mode` runs with: its own where the mode takes it, else the mode's
+    default (fsdp: full; the other modes: none)."""
+    return modes.shard_of(mode, shard)
 
 
 def one_process_per_device(spec: dict[str, Any]) -> bool:
-    """ddp and fsdp: torchrun starts one process per device, each with its share of the batch."""
-    return spec["mode"] in PROCESS_PER_DEVICE_MODES
+    """torchrun starts one process per device (ddp, fsdp), each with its share of the batch."""
+    return modes.TABLE[spec["mode"]].per_device
 
 
 def devices(spec: dict[str, Any]) -> int:
@@ -188,8 +194,9 @@ def hardware_gap(spec: dict[str, Any], visible_gpus: int) -> str | None:
     wants_cuda = spec["device"] == "cuda" or (spec["device"] == "auto" and visible_gpus > 0)
     if spec["device"] == "cuda" and visible_gpus == 0:
         return "device 'cuda' was requested but no CUDA device is visible"
-    if spec["mode"] == "dp" and not wants_cuda:
-        return "mode dp needs CUDA: nn.DataParallel splits batches over GPUs only"
+    needs_cuda = modes.TABLE[spec["mode"]].needs_cuda
+    if needs_cuda and not wants_cuda:
+        return f"mode {spec['mode']} needs CUDA: {needs_cuda}"
     if spec["backend"] == "nccl" and not wants_cuda:
         return "backend nccl needs CUDA GPUs; on CPU only gloo runs"
     if wants_cuda and spec["gpus"] > visible_gpus:

@@ -11,7 +11,7 @@ from typing import Any
 
 from dpstudy import models
 from dpstudy.ext import arch as ext_arch
-from dpstudy.study import datasets, forecast_requests, schema
+from dpstudy.study import datasets, forecast_requests, modes, schema
 from dpstudy.study import spec as specs
 from dpstudy.study.cells import cell_id
 from dpstudy.util.errors import ConfigError
@@ -124,16 +124,16 @@ def sweep_combinations(sweep: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def normalise(combo: dict[str, Any]) -> dict[str, Any] | None:
-    """The combination as a cell runs it (single and dp take backend none, whatever the grid's
-    backends; only fsdp takes a shard, full unless the grid says grad_op), or None when it cannot
-    run (dpstudy.study.spec.setup_gap: single needs gpus 1, single and dp run on one node, ddp and
-    fsdp need a backend)."""
-    mode = combo["mode"]
-    combo = {
-        **combo,
-        "backend": specs.backend_of(mode, combo["backend"]),
-        "shard": specs.shard_of(mode, combo.get("shard", "none")),
-    }
+    """The combination as a cell runs it (the one-process modes take backend none, whatever the
+    grid's backends; a mode without shards takes shard none, a sharding mode its default where
+    the grid gives none), or None when it cannot run: another sharding mode's shard, or
+    dpstudy.study.spec.setup_gap (single needs gpus 1, one-process modes run on one node,
+    process-group modes need a backend)."""
+    mode, shard = combo["mode"], combo.get("shard", modes.NO_SHARD)
+    facts = modes.TABLE[mode]
+    if shard not in (*facts.shards, modes.NO_SHARD) and facts.shards != (modes.NO_SHARD,):
+        return None  # e.g. fsdp's full beside deepspeed's stages in one grid: each mode its own
+    combo = {**combo, "backend": specs.backend_of(mode, combo["backend"]), "shard": specs.shard_of(mode, shard)}
     return None if specs.setup_gap(combo) else combo
 
 
@@ -163,7 +163,7 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
         candidate = {k: settings.get(k, dims.get(k)) for k in SWEPT_SPEC_KEYS}
         candidate.setdefault("mode", settings.get("mode"))
         if candidate["mode"] is None:
-            raise ConfigError(f"{where}no mode: give grid.mode (single, dp, ddp, fsdp)")
+            raise ConfigError(f"{where}no mode: give grid.mode ({', '.join(modes.TABLE)})")
         kept = normalise(candidate)
         if kept is None:
             continue
@@ -177,34 +177,47 @@ def sweep_cells(study: dict[str, Any], sweep: dict[str, Any]) -> list[Cell]:
             "data_root": study["data_root"],
             "code_path": study["code_path"] if models.kind(sweep["model"]) == "factory" else None,
         }
-        if kept["mode"] != "ddp":  # DDP's knobs: a single or fsdp cell beside ddp ones runs without
-            raw.update(dict.fromkeys(specs.DDP_KNOBS))
-        if kept["shard"] != "hybrid":  # HSDP's replicas: the other cells of the sweep run without
-            raw["replicate"] = None
+        # a mode's or a shard's own settings (DDP's knobs, HSDP's replicate): the sweep's cells of
+        # other modes and shards run without them
+        own = {*modes.TABLE[kept["mode"]].knobs, *modes.scheme(kept["mode"], kept["shard"]).knobs}
+        raw.update(dict.fromkeys(k for k in modes.knobs() if k not in own))
         for repeat in range(repeats):
             spec = specs.complete({**raw, "repeat": repeat}, where)
             cells.append(Cell(cell_id(spec, varied, repeats), sweep["name"], spec, resources))
-    modes = set(sweep.get("grid", {}).get("mode", []))
-    for mode in sorted(modes & set(specs.PROCESS_PER_DEVICE_MODES)):
+    check_grid_modes(sweep, cells, where)
+    return cells
+
+
+def check_grid_modes(sweep: dict[str, Any], cells: list[Cell], where: str) -> None:
+    """A sweep's grid that names what none of its modes can use: a process-group mode without a
+    backend, nodes without a mode that spans them, a shard no mode of the grid takes, a mode's
+    own settings without a cell of that mode."""
+    grid = sweep.get("grid", {})
+    named = [m for m in modes.TABLE if m in grid.get("mode", [])]
+    per_device = [m for m in named if modes.TABLE[m].per_device]
+    for mode in per_device:
         if not any(c.spec["mode"] == mode for c in cells):
             raise ConfigError(f"{where}mode {mode} needs backend nccl or gloo in grid.backend")
-    most_nodes = max(sweep.get("grid", {}).get("nodes", [1]))
-    if most_nodes > 1 and not modes & set(specs.PROCESS_PER_DEVICE_MODES):
+    most_nodes = max(grid.get("nodes", [1]))
+    if most_nodes > 1 and not per_device:
         raise ConfigError(
-            f"{where}nodes {most_nodes} needs mode ddp or fsdp in grid.mode: "
-            "single and dp run as one process on one node"
+            f"{where}nodes {most_nodes} needs mode {modes.listed(modes.per_device_modes())} in grid.mode: "
+            f"{modes.listed(modes.one_process_modes(), 'and')} run as one process on one node"
         )
-    if "shard" in sweep.get("grid", {}) and "fsdp" not in modes:
-        raise ConfigError(f"{where}grid.shard needs mode fsdp in grid.mode: only fsdp shards")
-    knobs = [
-        f"{part}.{key}"
-        for part in ("grid", "set")
-        for key in specs.DDP_KNOBS
-        if sweep.get(part, {}).get(key) is not None
-    ]
-    if knobs and not any(c.spec["mode"] == "ddp" for c in cells):
-        raise ConfigError(f"{where}{', '.join(knobs)} needs ddp cells: DistributedDataParallel's arguments")
-    return cells
+    for shard in grid.get("shard", []):
+        takers = [m for m in modes.sharding_modes() if shard in modes.TABLE[m].shards]
+        if shard != modes.NO_SHARD and not set(takers) & set(named):
+            owner = f"mode {modes.listed(takers)}" if takers else "a sharding mode"
+            raise ConfigError(f"{where}grid.shard {shard} needs {owner} in grid.mode: only it shards so")
+    for owner in modes.TABLE.values():
+        knobs = [
+            f"{part}.{key}"
+            for part in ("grid", "set")
+            for key in owner.knobs
+            if sweep.get(part, {}).get(key) is not None
+        ]
+        if knobs and not any(c.spec["mode"] == owner.name for c in cells):
+            raise ConfigError(f"{where}{', '.join(knobs)} needs {owner.name} cells: {owner.full_name}'s arguments")
 
 
 def expand(study: dict[str, Any]) -> list[Cell]:

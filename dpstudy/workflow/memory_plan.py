@@ -39,6 +39,7 @@ from collections.abc import Iterable
 
 from dpstudy.data.task import Task
 from dpstudy.record.fields import BUDGET_MARK, MEMORY_PARTS
+from dpstudy.study import modes
 from dpstudy.study import spec as specs
 from dpstudy.study.budget import CUDA_RUNTIME_MB, FRAGMENTATION, GIB, need_of
 from dpstudy.util.atomic import atomic_output
@@ -62,10 +63,16 @@ def setting_key(spec: dict) -> str:
     return repr(sorted((k, v) for k, v in spec.items() if k not in UNPREDICTED))
 
 
+def faked(spec: dict) -> bool:
+    """Whether the plan runs the cell's mode itself on fake tensors (FSDP), not the plain model's step."""
+    return modes.TABLE[spec["mode"]].memory == "fake"
+
+
 def step_key(spec: dict) -> str:
     """Cells with the same key run the same fake step (single, DP and DDP at one per-device batch)."""
-    sharding = specs.shard_of(spec["mode"], spec.get("shard", "none"))  # none: the plain model
-    world = specs.devices(spec) if spec["mode"] == "fsdp" else 1
+    fake = faked(spec)
+    sharding = specs.shard_of(spec["mode"], spec.get("shard")) if fake else modes.NO_SHARD  # the plain model
+    world = specs.devices(spec) if fake else 1
     rest = sorted((k, v) for k, v in spec.items() if k not in UNPREDICTED + STEP_SHAPING)
     return repr((sharding, world, specs.per_device_batch(spec), rest))
 
@@ -85,10 +92,11 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
         steps[key] = tracked_fake_step(spec, task, batch)
         steps[key] += (workspace_on_this_gpu(spec, steps[key][0]["peak"], steps[key][2]),)
     parts, gradient_mb, _, workspace = steps[key]
-    if spec["mode"] == "ddp":
+    scheme = modes.scheme(spec["mode"], spec.get("shard"))
+    if scheme.buckets:
         parts = {**parts, "activations": parts["activations"] + gradient_mb, "peak": parts["peak"] + gradient_mb}
     split = {f"{p}_mb": [parts[p]] * devices for p in PARTS} | {"peak_mb": [parts["peak"]] * devices}
-    if spec["mode"] == "dp" and devices > 1:
+    if modes.TABLE[spec["mode"]].memory == "dp" and devices > 1:
         # device 0: the whole batch arrives there; the others: a replica, its gradients, its activations
         rest_of_batch = (specs.global_batch(spec) - batch) * input_bytes(task) / 2**20
         replica = {"params": parts["params"], "grads": parts["grads"], "optimizer": 0.0}
@@ -156,8 +164,9 @@ def allocated(
     beside the step (one input batch for evaluation), which measurements show (memory_split)."""
     if resident is None:
         return [None] * len(peaks)
-    buckets = gradient_mb if spec["mode"] == "ddp" else 0.0
-    fed = [True] * len(peaks) if spec["mode"] != "dp" else [d == 0 for d in range(len(peaks))]
+    buckets = gradient_mb if modes.scheme(spec["mode"], spec.get("shard")).buckets else 0.0
+    one_process = not modes.TABLE[spec["mode"]].per_device  # DP: its loader feeds device 0 only
+    fed = [not one_process or d == 0 for d in range(len(peaks))]
     return [peak + buckets + workspace + (resident if holds else 0.0) for peak, holds in zip(peaks, fed, strict=True)]
 
 
@@ -175,10 +184,10 @@ def tracked_fake_step(spec: dict, task: Task, batch: int) -> tuple[dict, float, 
     from dpstudy.workflow import workspaces
 
     world = specs.devices(spec)
-    sharded = spec["mode"] == "fsdp"
+    sharded = faked(spec)
     # ddp and dp: the plain model at the per-device batch (see the docstring); every mode
     # checkpoints activations as the cell does; hybrid's replicas make its mesh two-dimensional
-    cls = MODES["fsdp" if sharded else "single"]
+    cls = MODES[spec["mode"] if sharded else modes.BASELINE]
     mode = cls(
         torch.device("cpu"),
         world if sharded else 1,

@@ -13,16 +13,16 @@ from dpstudy.engine.modes.base import Mode, Single
 from dpstudy.engine.modes.ddp import DistributedDataParallel
 from dpstudy.engine.modes.dp import DataParallel
 from dpstudy.engine.modes.fsdp import FullyShardedDataParallel
-from dpstudy.study.spec import ONE_PROCESS_MODES, PROCESS_PER_DEVICE_MODES, hardware_gap
+from dpstudy.study import modes
+from dpstudy.study.spec import hardware_gap
 
-# The one registry of modes: a new mode is a class and its entry here, its name in the schema's
-# `$defs/mode` and in spec.py's process layouts (tests/unit/engine/test_modes.py holds them equal);
-# docs/extending.md lists what else a mode touches.
+# The engine's class of each mode of the modes' table (dpstudy.study.modes, the facts of every mode):
+# a new mode is a row there, a class and its entry here; docs/extending.md lists the rest.
 MODES: dict[str, type[Mode]] = {
     cls.name: cls for cls in (Single, DataParallel, DistributedDataParallel, FullyShardedDataParallel)
 }
-assert set(MODES) == {*ONE_PROCESS_MODES, *PROCESS_PER_DEVICE_MODES}
-assert all(MODES[m].distributed == (m in PROCESS_PER_DEVICE_MODES) for m in MODES)
+assert set(MODES) == set(modes.TABLE)
+assert all(MODES[m].distributed == modes.TABLE[m].per_device for m in MODES)
 
 __all__ = ["MODES", "Mode", "Skip", "mode_for", "resolve_device"]
 

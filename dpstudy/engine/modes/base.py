@@ -1,12 +1,14 @@
 """What every mode shares, as mode `single` runs it: one process, one device, no collective.
 
-A mode wraps the model and owns its collectives: what differs between single, DP, DDP and FSDP,
-so that the Trainer and the compile code hold no check of a mode's name: where the model lives
-(`wrap`), whether torch.compile goes before or after wrapping (`prepare`, each after activation
-checkpointing: dpstudy.engine.checkpointing), the autocast policy, the
-module evaluation runs on, and the collectives that keep ranks in step. A mode knows nothing of
-the Trainer; the probe that times its collectives after training is dpstudy.engine.probe's,
-chosen by the mode's name. A new mode is a subclass and an entry in dpstudy.engine.modes.MODES.
+A mode wraps the model and owns its collectives: what differs between the modes of the modes'
+table (dpstudy.study.modes), so that the Trainer and the compile code hold no check of a mode's
+name: where the model lives (`wrap`), whether torch.compile goes before or after wrapping
+(`prepare`, each after activation checkpointing: dpstudy.engine.checkpointing), the optimizer, the
+backward and the optimizer's step (a ZeRO engine owns all three: `optimizer`, `backward`,
+`optimizer_step`), the autocast policy, the module evaluation runs on, and the collectives that
+keep ranks in step. A mode knows nothing of the Trainer; the probe that times its collectives after
+training is dpstudy.engine.probe's, chosen by the mode's name. A new mode is a subclass and an
+entry in dpstudy.engine.modes.MODES.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from dpstudy.engine import checkpointing
+from dpstudy.engine import checkpointing, optimizers
 from dpstudy.engine.compiling import COMPILE_OPTIONS
 from dpstudy.engine.loaders import Partition
 
@@ -79,6 +81,26 @@ class Mode:
 
     def wrap(self, model: nn.Module, amp_dtype: torch.dtype | None) -> nn.Module:
         return model
+
+    # -- the optimizer and the step ----------------------------------------------------------
+
+    def optimizer(
+        self, model: nn.Module, spec: dict, amp_dtype: torch.dtype | None
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """The model as the steps train it, and its optimizer: the study's over the prepared
+        model's parameters (dpstudy.engine.optimizers)."""
+        return model, optimizers.build(model.parameters(), spec)
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor, scaler: torch.amp.GradScaler) -> None:
+        """Backward of the step's loss (fp16: scaled by the GradScaler)."""
+        scaler.scale(loss).backward()
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
+        scaler.step(optimizer)
+        scaler.update()
 
     def autocast(self, amp_dtype: torch.dtype | None):
         """bf16/fp16 through autocast; FSDP casts through its mixed-precision policy instead."""

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from dpstudy.engine.modes.distributed import ProcessGroupMode
-from dpstudy.study.spec import DDP_KNOBS
+from dpstudy.study import modes
 
 
 class DistributedDataParallel(ProcessGroupMode):
@@ -18,7 +18,7 @@ class DistributedDataParallel(ProcessGroupMode):
     @classmethod
     def options_of(cls, spec: dict) -> dict:
         """DDP's knobs the study sets (bucket_cap_mb ...); a null one keeps DDP's default."""
-        return {key: spec[key] for key in DDP_KNOBS if spec.get(key) is not None}
+        return {key: spec[key] for key in modes.TABLE[cls.name].knobs if spec.get(key) is not None}
 
     def wrap(self, model: nn.Module, amp_dtype: torch.dtype | None) -> nn.Module:
         ids = [self.device.index] if self.device.type == "cuda" else None

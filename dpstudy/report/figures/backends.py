@@ -1,4 +1,5 @@
-"""NCCL against Gloo: DDP's throughput per backend against the global batch, a panel per device count."""
+"""NCCL against Gloo: the reference mode's (DDP's) throughput per backend against the global batch, a
+panel per device count."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING
 from dpstudy.report.figures.grids import log2_axis, settings_grid
 from dpstudy.report.figures.layout import Tables, axis_labels, figure, finish, labelled, message, settings_of
 from dpstudy.report.text import plural
+from dpstudy.study import modes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -15,10 +17,10 @@ if TYPE_CHECKING:
 @figure
 def backends(tables: Tables) -> Figure:
     cells = labelled(tables["cells"])
-    ddp = cells[cells["mode"] == "ddp"]
+    ddp = cells[cells["mode"] == modes.REFERENCE[0]]
     title = "DDP throughput: NCCL vs Gloo"
     settings = settings_of(tables)
-    ok = settings[settings["mode"] == "ddp"].dropna(subset=["samples_per_s"])
+    ok = settings[settings["mode"] == modes.REFERENCE[0]].dropna(subset=["samples_per_s"])
     if ok.empty:
         return message("No DDP cell finished: no backend to compare.", title, ddp)
     ok = ok.assign(devices=ok["devices"].map(lambda n: plural(n, "device")))

@@ -14,6 +14,7 @@ import pandas as pd
 from dpstudy.analysis.memory_forecast import held_memory
 from dpstudy.report.figures.layout import MARKERS, Tables, figure, finish, labelled, message, settings_of
 from dpstudy.report.text import significant
+from dpstudy.study import modes
 from dpstudy.study.budget import FRAGMENTATION
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def points(tables: Tables) -> pd.DataFrame:
     )
     settings = settings_of(tables)
     settings = settings.assign(memory=held_memory(settings, tables.get("memory_split")))
-    ddp = settings[settings["mode"].isin(["ddp", "fsdp"]) & settings["workload"].isin(made["workload"])]
+    ddp = settings[settings["mode"].isin(modes.forecast_modes()) & settings["workload"].isin(made["workload"])]
     measured = pd.DataFrame(
         {
             "workload": ddp["workload"],
@@ -80,7 +81,7 @@ def points(tables: Tables) -> pd.DataFrame:
         }
     )
     lines = pd.concat([measured, made])[["workload", "variant", "global_batch"]].drop_duplicates()
-    single = settings[settings["mode"] == "single"].set_index(["workload", "global_batch"])["memory"]
+    single = settings[settings["mode"] == modes.BASELINE].set_index(["workload", "global_batch"])["memory"]
     single = single[~single.index.duplicated()]
     origins = lines.assign(devices=1, speedup=1.0, kind="measured")
     origins["memory"] = single.reindex(pd.MultiIndex.from_frame(lines[["workload", "global_batch"]])).to_numpy()

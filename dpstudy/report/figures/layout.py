@@ -12,6 +12,7 @@ import seaborn as sns
 
 from dpstudy.analysis.summary import finished
 from dpstudy.report.text import more_in, not_run_lines
+from dpstudy.study import modes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -21,16 +22,8 @@ Draw = Callable[[Tables], "Figure"]
 # Filled by @figure as the topic modules are imported; the package checks it against
 # dpstudy.study.outputs.FIGURES, the one list of figure files.
 DRAWN: dict[str, Draw] = {}
-VARIANTS = (
-    "single",
-    "dp",
-    "ddp/gloo",
-    "ddp/nccl",
-    "fsdp full/gloo",
-    "fsdp full/nccl",
-    "fsdp grad_op/gloo",
-    "fsdp grad_op/nccl",
-)
+# Every variant a legend may hold, in the modes' table's order: each keeps its colour in every figure
+VARIANTS = tuple(modes.variants())
 LABELS = {  # axis labels
     "global_batch": "global batch (samples per step)",
     "samples_per_s": "throughput (samples/s)",
@@ -85,9 +78,10 @@ def figure(draw: Draw) -> Draw:
 
 
 def labelled(cells: pd.DataFrame) -> pd.DataFrame:
-    """cells plus `variant` (mode, with fsdp's sharding, the backend of ddp and fsdp, and the nodes
-    when several: inter-node scaling gets a colour of its own) and `workload` (dataset/model)."""
-    scheme = cells["mode"].where(cells["shard"] == "none", cells["mode"] + " " + cells["shard"])
+    """cells plus `variant` (the scheme: mode and shard, the backend of a process-group mode, and
+    the nodes when several: inter-node scaling gets a colour of its own) and `workload`
+    (dataset/model)."""
+    scheme = cells["mode"].where(cells["shard"] == modes.NO_SHARD, cells["mode"] + " " + cells["shard"])
     variant = scheme.where(cells["backend"] == "none", scheme + "/" + cells["backend"])
     variant = variant.where(cells["nodes"] <= 1, variant + " on " + cells["nodes"].astype("string") + " nodes")
     return cells.assign(variant=variant, workload=cells["dataset"] + "/" + cells["model"])

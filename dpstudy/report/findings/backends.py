@@ -19,12 +19,13 @@ from dpstudy.report.findings.phrases import (
     why_not_run,
 )
 from dpstudy.report.text import plural, significant
+from dpstudy.study import modes
 
 
 def backends(tables: Tables, comm: pd.DataFrame | None = None) -> str:
     """NCCL against Gloo at otherwise equal settings: the comparisons of kind "backend"."""
     cells, comparisons, settings = tables["cells"], tables["comparisons"], by_setting(tables)
-    ddp_cells = cells[cells["mode"] == "ddp"]
+    ddp_cells = cells[cells["mode"].isin(modes.per_device_modes())]
     keys_named = varied(tables)
     lines = []
     for _, pair in comparisons[comparisons["kind"] == "backend"].iterrows():

@@ -28,8 +28,8 @@ INTRO = (
 
 def head(r) -> str:
     """ "- synthetic/lenet, DDP (gloo) on 8 devices at batch 256" """
-    shard = r.get("shard") if isinstance(r.get("shard"), str) else "full"
-    name = f"{setup_name(r['mode'], r['backend'], int(r['devices']), 1, shard)} at batch {int(r['global_batch'])}"
+    setup = setup_name(r["mode"], r["backend"], int(r["devices"]), 1, r.get("shard"))
+    name = f"{setup} at batch {int(r['global_batch'])}"
     return f"- {dataset_model(r)}, {name}"
 
 

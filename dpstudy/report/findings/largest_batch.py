@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dpstudy.analysis import stats
-from dpstudy.analysis.largest_batch import GROUP_KEYS
+from dpstudy.analysis.keys import GROUP_KEYS
 from dpstudy.report.findings.phrases import (
     LIST_LIMIT,
     Tables,

@@ -16,6 +16,7 @@ from dpstudy.report.findings.phrases import (
     why_not_run,
 )
 from dpstudy.report.text import code, plural, significant, text
+from dpstudy.study import modes
 
 
 def memory(tables: Tables) -> str:
@@ -25,13 +26,12 @@ def memory(tables: Tables) -> str:
     cells, imbalances = tables["cells"], tables["memory"]
     multi = cells[cells["devices"] > 1]
     lines = []
-    for mode in ("dp", "ddp", "fsdp"):
-        rows = imbalances[imbalances["mode"] == mode]
+    for mode in modes.TABLE:  # every mode the study ran on several devices, in the table's order
+        rows, asked = imbalances[imbalances["mode"] == mode], multi[multi["mode"] == mode]
         if rows.empty:
-            if mode != "fsdp" or not multi[multi["mode"] == "fsdp"].empty:
-                lines.append(
-                    f"- {mode.upper()}: {not_measured(why_not_run(multi[multi['mode'] == mode], mode.upper()))}"
-                )
+            if not asked.empty:
+                label = modes.TABLE[mode].label
+                lines.append(f"- {label}: {not_measured(why_not_run(asked, label))}")
             continue
         m = rows[rows["largest"].astype(bool)].iloc[0]
         r = cells.set_index("cell").loc[m["cell"]]

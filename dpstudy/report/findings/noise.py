@@ -20,6 +20,7 @@ from dpstudy.report.findings.phrases import (
     whole,
 )
 from dpstudy.report.text import plural, significant
+from dpstudy.study import modes
 
 # What each floor_verdict (dpstudy.analysis.floor.noise_verdict) tells the reader to do.
 FLOOR_ADVICE = {
@@ -110,7 +111,7 @@ def noise(tables: Tables) -> str:
     settings, totals = tables["settings"], study(tables)
     if not totals["noise_floor_settings"]:
         return not_measured("the noise of one device needs a single-device setting with more than one repeat")
-    singles = settings[(settings["mode"] == "single") & (settings["devices"] == 1) & settings["noise_cv"].notna()]
+    singles = settings[(settings["mode"] == modes.BASELINE) & (settings["devices"] == 1) & settings["noise_cv"].notna()]
     keys = varied(tables)
     lines = [
         f"- {setting_name(r, keys)}: CV {percent(r['noise_cv'], 1)} over {r['repeats']} runs{machine_part(r)} "

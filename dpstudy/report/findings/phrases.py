@@ -7,8 +7,8 @@ import pandas as pd
 
 from dpstudy.analysis import stats
 from dpstudy.report.text import more_in, plural, significant, text
+from dpstudy.study import modes
 from dpstudy.study.outputs import TABLES_DIR
-from dpstudy.study.spec import DDP_KNOBS
 
 Tables = dict[str, pd.DataFrame]
 
@@ -34,33 +34,35 @@ def or_na(form):
     return lambda v: "n/a" if pd.isna(v) else form(v)
 
 
-def mode_name(mode: str, shard: str = "full") -> str:
-    """DP, DDP, FSDP full, FSDP grad_op."""
-    return f"{mode.upper()}{f' {text(shard)}' if mode == 'fsdp' else ''}"
+def mode_name(mode: str, shard: str | None = None) -> str:
+    """DP, DDP, FSDP full, FSDP grad_op: the modes' table's labels (dpstudy.study.modes.display)."""
+    return text(modes.display(mode, shard))
 
 
-def strategy_name(mode: str, backend: str, shard: str = "full") -> str:
-    """DP, DDP (gloo), FSDP full (nccl), FSDP grad_op (gloo)."""
-    if mode == "dp":
-        return "DP"
+def strategy_name(mode: str, backend: str, shard: str | None = None) -> str:
+    """DP, DDP (gloo), FSDP full (nccl), FSDP grad_op (gloo): a mode with a process group names its backend."""
+    if not modes.TABLE[mode].per_device:
+        return mode_name(mode, shard)
     return f"{mode_name(mode, shard)} ({text(backend)})"
 
 
-def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1, shard: str = "full") -> str:
-    if mode == "single":
-        return "one device"
+def setup_name(mode: str, backend: str, gpus: int, nodes: int = 1, shard: str | None = None) -> str:
+    if modes.TABLE[mode].one_device:
+        return mode_name(mode)
     where = plural(gpus, "device") if nodes == 1 else f"{nodes} nodes x {plural(gpus, 'device')}"
     return f"{strategy_name(mode, backend, shard)} on {where}"
 
 
 # Rows are pandas Series (iterrows, .loc) or dicts: read them by key (Series.mode is a method).
 def who(row) -> str:
-    return setup_name(row["mode"], row["backend"], row["gpus"], row["nodes"], row.get("shard", "full")) + knobs(row)
+    return setup_name(row["mode"], row["backend"], row["gpus"], row["nodes"], row.get("shard")) + knobs(row)
 
 
 def knobs(row) -> str:
-    """DDP's knobs a row sets, as ", bucket_cap_mb 5, static_graph true"; "" where none is set."""
-    set_ = [(k, row.get(k)) for k in DDP_KNOBS if row.get(k) is not None and not pd.isna(row.get(k))]
+    """A mode's own settings a row sets (DDP's knobs), as ", bucket_cap_mb 5, static_graph true"; ""
+    where none is set."""
+    own = [k for m in modes.TABLE.values() for k in m.knobs]
+    set_ = [(k, row.get(k)) for k in own if row.get(k) is not None and not pd.isna(row.get(k))]
     return "".join(f", {k} {str(v).lower() if str(v) in ('True', 'False') else f'{float(v):g}'}" for k, v in set_)
 
 

@@ -125,7 +125,7 @@ def across_nodes(tables: Tables, named: list[str] = ()) -> str:
     if pairs:
         return "Intra- vs inter-node scaling (same world size):\n" + "\n".join(pairs[:LIST_LIMIT]) + "\n"
     rows = tables["settings"]
-    ddp = rows[(rows["devices"] > 1) & rows["speedup"].notna() & (rows["mode"] == "ddp")]
+    ddp = rows[(rows["devices"] > 1) & rows["speedup"].notna()]
     if (ddp["nodes"] > 1).any():
         return (
             "Inter-node scaling: the multi-node cells have no one-node cell of the same world size to compare with.\n"

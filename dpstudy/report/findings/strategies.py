@@ -9,7 +9,8 @@ import re
 import pandas as pd
 
 from dpstudy.analysis import stats
-from dpstudy.analysis.strategies import WORKLOAD_KEYS, ranked
+from dpstudy.analysis.keys import WORKLOAD_KEYS
+from dpstudy.analysis.strategies import ranked
 from dpstudy.report.findings.largest_batch import at_largest_batch
 from dpstudy.report.findings.phrases import (
     LIST_LIMIT,

@@ -41,7 +41,7 @@ def data_wait(tables: Tables) -> str:
         sentence
         + " By mode: "
         + ", ".join(
-            f"{setup_name(r['mode'], r['backend'], whole(r['gpus']), whole(r['nodes']), r.get('shard', 'full'))} "
+            f"{setup_name(r['mode'], r['backend'], whole(r['gpus']), whole(r['nodes']), r.get('shard'))} "
             f"{percent(r['share'])}"
             for _, r in setups.iterrows()
         )

@@ -368,16 +368,22 @@ def test_the_strategies_table_ranks_a_requested_forecast_beside_what_ran():
     assert sorted(workload["rank"].dropna()) == [1, 2] and workload["fastest"].sum() == 1
 
 
-def test_the_study_accepts_in_predict_every_mode_the_model_forecasts_and_no_other():
-    from dpstudy.study import forecast_requests
+def test_the_study_accepts_in_forecast_every_scheme_the_model_prices_and_no_other():
+    from dpstudy.study import forecast_requests, modes
+    from dpstudy.util.errors import ConfigError
 
-    # the study layer cannot import the model's registry (a layer below it): they are kept equal here
-    assert (
-        set(forecast_requests.FORECAST_MODES)
-        == {scheme.split()[0] for scheme in step_model.MESSAGES}
-        == {"ddp", "fsdp"}
-    )
-    assert {step_model.scheme_of("fsdp", s) for s in ("full", "grad_op", "none")} <= set(step_model.MESSAGES)
+    assert set(step_model.MESSAGES) == {"ddp", "fsdp full", "fsdp grad_op"} <= set(modes.schemes())
+    for name in modes.schemes():
+        facts, made = modes.of_scheme(name)
+        item = {"mode": [facts.name], "gpus": [2], "batch": [64], "backend": ["gloo"]}
+        if made.shard != modes.NO_SHARD:
+            item["shard"] = [made.shard]
+        if name in step_model.MESSAGES:
+            (request,) = forecast_requests.requests({"forecast": [item]})
+            assert modes.scheme_name(request["mode"], request["shard"]) == name
+        else:
+            with pytest.raises(ConfigError, match=rf"forecast #1: mode '?{facts.name}'? .*cannot be forecast"):
+                forecast_requests.requests({"forecast": [item]})
 
 
 def test_on_cuda_memory_is_forecast_and_checked_as_the_allocator_holds_it():

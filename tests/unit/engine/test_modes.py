@@ -1,22 +1,26 @@
-"""The modes are one list: the engine's registry (dpstudy.engine.modes.MODES), the study schema's
-`$defs/mode` that configs are validated against, and spec.py's split by process layout name the
-same modes, so that a mode added in one place and forgotten in another fails here."""
+"""The modes are one table (dpstudy.study.modes): the engine's registry (dpstudy.engine.modes.MODES)
+and the study schema's `$defs/mode` and `$defs/shard` that configs are validated against name its
+modes and shards, so that a mode added to the table without its class fails here."""
 
 from __future__ import annotations
 
 import torch
 
 from dpstudy.engine.modes import MODES
-from dpstudy.study import schema
-from dpstudy.study.spec import ONE_PROCESS_MODES, PROCESS_PER_DEVICE_MODES
+from dpstudy.study import modes, schema
 
 
-def test_the_schema_the_spec_and_the_engine_name_the_same_modes():
+def test_the_schema_and_the_engine_name_the_modes_of_the_table():
     in_schema = schema.schema()["$defs"]["mode"]["enum"]
-    assert set(MODES) == set(in_schema) == {*ONE_PROCESS_MODES, *PROCESS_PER_DEVICE_MODES}
-    assert in_schema == ["single", "dp", "ddp", "fsdp"]
+    assert set(MODES) == set(in_schema) == set(modes.TABLE)
+    assert in_schema[:4] == ["single", "dp", "ddp", "fsdp"]
     # torchrun starts one process per device exactly for the modes whose class joins a process group
-    assert {name for name, cls in MODES.items() if cls.distributed} == set(PROCESS_PER_DEVICE_MODES)
+    assert {name for name, cls in MODES.items() if cls.distributed} == set(modes.per_device_modes())
+    assert {"ddp", "fsdp"} <= set(modes.per_device_modes()) and {"single", "dp"} == set(modes.one_process_modes())
+    # every shard of every mode, and none that no mode takes
+    shards = schema.schema()["$defs"]["shard"]["enum"]
+    assert set(shards) == {s for m in modes.TABLE.values() for s in m.shards}
+    assert modes.TABLE["fsdp"].shards == ("full", "grad_op", "hybrid") and modes.TABLE["ddp"].shards == ("none",)
 
 
 def test_a_mode_knows_its_fsdp_shard_and_its_ranks_partition_of_the_data():

@@ -9,14 +9,14 @@ import pytest
 from helpers.plots import errorbars, repeated, tables_of
 from helpers.records import make_record
 
-from dpstudy.analysis import forecast
+from dpstudy.analysis import keys
 from dpstudy.analysis.forecast_table import COLUMNS
 from dpstudy.report import figures as plots
 from dpstudy.report import findings
 
 
 def forecasts_table(rows: list[dict]) -> pd.DataFrame:
-    common = {k: None for k in forecast.FORECAST_GROUP} | {"dataset": "synthetic", "model": "lenet"}
+    common = {k: None for k in keys.FORECAST_GROUP} | {"dataset": "synthetic", "model": "lenet"}
     common["source"] = "leave-one-out"
     return pd.DataFrame([{**common, **row} for row in rows], columns=list(COLUMNS))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from dpstudy.study import modes, sweeps
 from dpstudy.study import spec as specs
-from dpstudy.study import sweeps
 from dpstudy.util.errors import ConfigError
 
 FSDP = {"dataset": "synthetic", "model": "lenet", "mode": "fsdp", "backend": "gloo"}
@@ -49,7 +49,7 @@ def test_hybrid_takes_one_replica_per_node_unless_replicate_says_otherwise():
     assert specs.replicas(two_nodes) == 2
     assert specs.replicas(specs.complete({**FSDP, "gpus": 4, "shard": "hybrid", "replicate": 2})) == 2
     assert specs.replicas(specs.complete({**FSDP, "gpus": 4, "nodes": 2, "shard": "hybrid", "replicate": 2})) == 2
-    assert "hybrid" in specs.SHARDINGS and specs.shard_of("fsdp", "hybrid") == "hybrid"
+    assert "hybrid" in modes.TABLE["fsdp"].shards and specs.shard_of("fsdp", "hybrid") == "hybrid"
     assert specs.shard_of("ddp", "hybrid") == "none"
 
 
