@@ -7,7 +7,7 @@ Per model (3x32x32 images, Adam, fp32) and batch:
 - measured: max_memory_allocated over three training steps beyond the model, its gradients and
   the optimizer's state, with cuDNN on and off, after a warm-up step (the first backward's one-off
   allocations are no step's); on - off is what cuDNN's choices add;
-- predicted: the plan's fake step (memory_plan.tracked_fake_step) and each convolution run alone
+- predicted: the plan's fake step (fake_step.tracked_fake_step) and each convolution run alone
   on this GPU at its shape in the step (workspaces.above_step_peak_mb): how far the workspaces lift
   the step's peak; the largest single workspace beside it.
 And once, first: what cuBLAS keeps for the whole process (workspaces.blas_workspaces_mb), which
@@ -50,10 +50,10 @@ def predicted_mb(name: str, shape, batch: int) -> tuple[float, float]:
     import torch
 
     from dpstudy.study.spec import complete
-    from dpstudy.workflow import memory_plan, workspaces
+    from dpstudy.workflow import fake_step, workspaces
 
     spec = complete({"dataset": "synthetic_rgb", "model": name, "mode": "single", "batch": batch, "device": "cuda"})
-    parts, _, convs = memory_plan.tracked_fake_step(spec, Task.image(shape[0], shape[1], 10), batch)
+    parts, _, convs = fake_step.tracked_fake_step(spec, Task.image(shape[0], shape[1], 10), batch)
     seen = []
 
     def measure(conv, device, amp_dtype):

@@ -10,7 +10,7 @@ collectives' fits, its epochs.csv the waiting for data). Evaluating the same tab
 checkouts compares two models on the same cells; --cpu-exposed trace calibrates a CPU cell on its
 trace's exposed communication instead of its probe's (dpstudy.analysis.step_inputs.EXPOSED_FROM).
 
-Per forecast group (dpstudy.analysis.forecast.FORECAST_GROUP) the step model
+Per forecast group (dpstudy.analysis.keys.FORECAST_GROUP) the step model
 (dpstudy.analysis.step_model) is calibrated on three settings: one device at the smallest and the
 largest batch, and DDP at the middle batch (or at the largest DDP batch measured); plus the
 collective fits. It forecasts every other setting it can: DDP at the other batches, FSDP full and
@@ -46,8 +46,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpstudy.analysis import step_inputs, tablefiles  # noqa: E402
-from dpstudy.analysis.forecast import Calibration, interval  # noqa: E402
-from dpstudy.analysis.forecast_table import calibration_inputs, group_of, model_sigma  # noqa: E402
+from dpstudy.analysis.calibration import Calibration, calibration_inputs, group_of, interval  # noqa: E402
+from dpstudy.analysis.forecast_table import model_sigma  # noqa: E402
 from dpstudy.analysis.keys import FORECAST_GROUP  # noqa: E402
 
 MODELS = ("simplecnn", "vit")

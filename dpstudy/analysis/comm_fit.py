@@ -3,7 +3,7 @@
   t(S) = latency + S / bandwidth       S: the collective's total size in bytes (comm.py's `bytes`)
 
 one fit per (collective, backend, device, world_size): what a forecast costs a DDP bucket or an FSDP
-unit with (dpstudy.analysis.forecast), where the bus bandwidth of one size alone misprices the small
+unit with (dpstudy.analysis.calibration), where the bus bandwidth of one size alone misprices the small
 messages, which are latency, not bandwidth.
 
 The fit minimises the squared RELATIVE error (each point weighted by 1 / its time): the sweep spans

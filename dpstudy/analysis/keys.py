@@ -80,7 +80,7 @@ WORKLOAD_KEYS = tuple(k for k in SETTING_KEYS if k not in (*STRATEGY_KEYS, *DERI
 # (dpstudy.analysis.largest_batch)
 GROUP_KEYS = tuple(k for k in WORKLOAD_KEYS if k != "global_batch")
 BATCH_KEYS = ("batch", "global_batch", "devices")
-# What one calibration of the step model covers (dpstudy.analysis.forecast). compile stays in it
+# What one calibration of the step model covers (dpstudy.analysis.calibration). compile stays in it
 # though the strategies table counts it a strategy key: a compiled step is not an eager one, so
 # each calibrates only on cells of its own kind
 FORECAST_GROUP = tuple(k for k in SETTING_KEYS if k == "compile" or k not in (*STRATEGY_KEYS, *BATCH_KEYS))

@@ -10,8 +10,8 @@ One row per group and strategy the cells name, run or not:
                each its finished settings' median (memory_forecast.held_memory) or, at a batch none
                of its cells finished (skipped by the budget, out of memory), the memory plan's
                prediction for the fullest device (memory_split's predicted_allocated_mb, else
-               predicted_peak_mb). Else the forecast group's memory model as forecast.py forecasts
-               it (memory_forecast.MemoryLine over forecast_table.calibration_inputs: the one-device
+               predicted_peak_mb). Else the forecast group's memory model as calibration.py forecasts
+               it (memory_forecast.MemoryLine over calibration.calibration_inputs: the one-device
                line, the state over n under FSDP, the scheme's own extra, plus what a CUDA allocator
                held beyond the tracker). DP and HSDP have no such model. `memory_basis` says which.
   capacity     memory_budget_gib where the study sets one, else on CUDA the smallest device the cells
@@ -23,8 +23,8 @@ One row per group and strategy the cells name, run or not:
                per-device batches the line rests on, else extrapolated; `need_mb` at b*.
   throughput   `source` measured where a finished setting of the strategy ran at b* (`setting`: the
                settings table's samples/s, tokens/s and MFU with their 95 % intervals); else forecast:
-               DDP and FSDP full or grad_op on one node by forecast.Calibration at b* x devices, one
-               device by its step-time line (Calibration.t1), each with forecast.interval around it
+               DDP and FSDP full or grad_op on one node by calibration.Calibration at b* x devices, one
+               device by its step-time line (Calibration.t1), each with calibration.interval around it
                (sigma as forecast_table.forecasts makes it), `basis` what it rests on; else none, with
                the `reason`. A forecast's tokens/s and MFU are its samples/s x the strategy's own
                constants (tokens_per_s / samples_per_s of its settings, utilisation's).
@@ -41,9 +41,9 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis import memory_forecast, stats
+from dpstudy.analysis.calibration import Calibration, calibration_inputs, group_of, interval
 from dpstudy.analysis.capacity import measured
-from dpstudy.analysis.forecast import Calibration, interval
-from dpstudy.analysis.forecast_table import calibration_inputs, group_of, held_out_rows, model_sigma, sigmas
+from dpstudy.analysis.forecast_table import held_out_rows, model_sigma, sigmas
 from dpstudy.analysis.keys import FORECAST_GROUP, GROUP_KEYS, STRATEGY_KEYS
 from dpstudy.analysis.linefit import line_fit
 from dpstudy.analysis.memory_forecast import MemoryLine, held_memory
@@ -116,7 +116,7 @@ def own_line(cells: pd.DataFrame, own: pd.DataFrame, planned: pd.Series) -> Line
 
 
 def model_line(single: pd.DataFrame, multi: pd.DataFrame, scheme: str, n: int) -> tuple[Line | None, str]:
-    """The forecast group's memory model at n devices of `scheme`, as forecast.Calibration builds
+    """The forecast group's memory model at n devices of `scheme`, as calibration.Calibration builds
     it (None and why where it has none)."""
     if scheme in UNMODELLED:
         return None, f"fewer than two per-device batches of its own, and {UNMODELLED[scheme]}"
@@ -153,7 +153,7 @@ def largest(line: Line, capacity: float, on_cuda: bool, context: float | None, o
 
 
 class Forecaster:
-    """forecast.py's model of each forecast group at a strategy's b*, and the forecasts' sigma
+    """calibration.py's model of each forecast group at a strategy's b*, and the forecasts' sigma
     (the leave-one-out error, made only when a forecast needs it)."""
 
     def __init__(self, single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame, noise: pd.Series | None):

@@ -1,5 +1,5 @@
 """Lines through measured points, kept physical: how a step's time (StepTime: straight on CPU,
-bent where a GPU overlaps the host) and its memory grow with the batch (dpstudy.analysis.forecast,
+bent where a GPU overlaps the host) and its memory grow with the batch (dpstudy.analysis.calibration,
 dpstudy.analysis.memory_forecast)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Memory per device of a DDP or FSDP setting from the measured ones (dpstudy.analysis.forecast asks).
+"""Memory per device of a DDP or FSDP setting from the measured ones (dpstudy.analysis.calibration asks).
 
 What a rank holds at a step's peak, by PyTorch's tracker (the memory_split table's peak_mb on the
 fullest device): the model, its gradients and the optimizer's state, fixed in the batch, and one
@@ -11,7 +11,7 @@ peak above that base; a scheme none of whose settings measured memory adds nothi
 the basis. Without single-device memory, the line through the DDP settings alone. The line is the
 tracker's; on CUDA the allocator holds more at the same step (library workspaces, a `device`
 loader's data, DDP's buckets: max_memory_allocated beyond the tracked peak, `outside_tracker`),
-which does not shard or grow with the batch: dpstudy.analysis.forecast adds the forecast group's
+which does not shard or grow with the batch: dpstudy.analysis.calibration adds the forecast group's
 median of it to every forecast, so that a CUDA forecast is of what the allocator holds. The CUDA
 context is outside both.
 """

@@ -3,7 +3,7 @@ multi-device cell, against the ideal of its single-device baseline's step split 
 
 Per cell on n devices at global batch B (per-device b = B / n), in seconds per step, from its steady
 epochs (medians over epochs >= 2; dpstudy.analysis.step_inputs) and its forecast group's calibration
-(dpstudy.analysis.forecast.Calibration over every setting of the group, the cell's own among them):
+(dpstudy.analysis.calibration.Calibration over every setting of the group, the cell's own among them):
 
   step_s       measured: the epoch's wall / its steps
   ideal_s      the baseline's step (the same settings on one device, dpstudy.analysis.baseline) / n
@@ -30,8 +30,7 @@ import pandas as pd
 
 from dpstudy.analysis import stats
 from dpstudy.analysis.baseline import Baselines, baseline_key
-from dpstudy.analysis.forecast import Calibration
-from dpstudy.analysis.forecast_table import calibration_inputs, group_of
+from dpstudy.analysis.calibration import Calibration, calibration_inputs, group_of
 from dpstudy.analysis.keys import FORECAST_GROUP, SETTING_KEYS
 from dpstudy.analysis.step_inputs import cell_parts, setting_parts
 from dpstudy.study import modes

@@ -1,5 +1,5 @@
 """One model of a data-parallel training step: the forecasts are it at settings that did not run
-(dpstudy.analysis.forecast) and "why not n x" is its breakdown at the ones that did
+(dpstudy.analysis.calibration) and "why not n x" is its breakdown at the ones that did
 (dpstudy.analysis.scaling).
 
 A step of a scheme (dpstudy.study.modes: a mode and its shard) over n ranks at per-device batch b:

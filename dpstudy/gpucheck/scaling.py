@@ -4,7 +4,7 @@ from one device and two, checked against cells that ran there.
 A study (study(visible)): resnet18 on synthetic_rgb, one device at every per-device batch the
 multi-GPU cells use, DDP and FSDP (full) over NCCL at GLOBAL_BATCH on 2, 4, ... GPUs (powers of two
 up to those visible, and all of them), two repeats, and the comm sweep (NCCL, 2 ranks). The model is
-calibrated as the analysis calibrates it (dpstudy.analysis.forecast.Calibration) on the single-device
+calibrated as the analysis calibrates it (dpstudy.analysis.calibration.Calibration) on the single-device
 settings and the settings on at most CALIBRATE_GPUS GPUs alone; every setting on more GPUs is
 forecast (the host share and the ring collectives extrapolated from 2 ranks, as for a `forecast:`
 request of 4 or 8) and compared with what it measured: each error, their median and largest, and
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpstudy.analysis.forecast import Calibration, interval
-from dpstudy.analysis.forecast_table import calibration_inputs, group_of, model_sigma
+from dpstudy.analysis.calibration import Calibration, calibration_inputs, group_of, interval
+from dpstudy.analysis.forecast_table import model_sigma
 from dpstudy.analysis.keys import FORECAST_GROUP
 from dpstudy.gpucheck.study import run_in_copy
 

@@ -1,5 +1,5 @@
 """The study's `forecast:` block (schema.yaml): settings to forecast without running them, as the
-list of requests dpstudy.analysis.forecast answers, checked when the study loads so that a setting
+list of requests dpstudy.analysis.calibration answers, checked when the study loads so that a setting
 the model cannot forecast is an error naming its key before any job starts."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def comm_world_sizes(specs: list[dict[str, Any]], predicted_gpus: list[int], cap
     cells run on one node or its forecast: block asks for, up to `capacity`, the ranks this host
     can hold (the GPUs it shows, or its cores for a CPU study; None where the planning host cannot
     tell, a cluster's login node). A forecast at a size measured here reads its own fit; beyond
-    them, the largest measured is extrapolated (dpstudy.analysis.forecast.collective_time)."""
+    them, the largest measured is extrapolated (dpstudy.analysis.step_model.collective_time)."""
     wanted = {processes_per_node(s) for s in specs if s["nodes"] == 1} | set(predicted_gpus)  # DP: one process
     return sorted({2} | {n for n in wanted if n > 2 and (capacity is None or n <= capacity)})
 

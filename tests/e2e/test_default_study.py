@@ -171,7 +171,7 @@ def test_the_microbenchmarks_wrote_every_row_and_the_ratios(default_study):
         assert fit.rel_rmse == pytest.approx(np.sqrt(np.mean(errors**2))) and fit.max_rel_error == pytest.approx(
             np.abs(errors).max()
         )
-    # each DDP setting on 2 ranks forecast from the other (dpstudy.analysis.forecast): B 64 is 32 per
+    # each DDP setting on 2 ranks forecast from the other (dpstudy.analysis.calibration): B 64 is 32 per
     # rank, below the single devices' 64 and 256, B 256 is 128, between them
     table = pd.read_csv(default_study.workdir / "results/tables/forecasts.csv")
     held_out = table[table["source"] == "leave-one-out"].set_index("global_batch")

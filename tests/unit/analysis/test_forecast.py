@@ -1,4 +1,4 @@
-"""DDP forecasts (dpstudy.analysis.forecast) on records generated from the model's own law: the
+"""DDP forecasts (dpstudy.analysis.calibration) on records generated from the model's own law: the
 leave-one-out recovers every held-out setting, never reads it, and extrapolation widens the interval."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers.records import CURRENT, comm_fit, make_record
 
-from dpstudy.analysis import forecast, forecast_table, memory, stats, step_model
+from dpstudy.analysis import calibration, forecast_table, memory, stats, step_model
 from dpstudy.analysis.tables import cells_table
 
 FIXED_S, PER_SAMPLE_S = 2e-3, 5e-5  # t1(b) = FIXED_S + PER_SAMPLE_S b
@@ -107,15 +107,15 @@ def test_leave_one_out_never_reads_the_held_out_setting():
     without = [
         r for r in records(ddp_batches=batches) if not (r["spec"]["mode"] == "ddp" and r["spec"]["batch"] == 128)
     ]
-    single, ddp = forecast_table.calibration_inputs(*tables(without))
-    model = forecast.Calibration(single, ddp, FITS)
+    single, ddp = calibration.calibration_inputs(*tables(without))
+    model = calibration.Calibration(single, ddp, FITS)
     alone = model.forecast("ddp", "gloo", "cpu", 2, 128)["predicted_samples_per_s"]
     assert alone == pytest.approx(before.loc[128, "predicted_samples_per_s"])
 
 
 def test_more_ranks_than_measured_extrapolate_the_share_and_the_ring_and_widen_the_interval():
-    single, ddp = forecast_table.calibration_inputs(*tables(records()))
-    model = forecast.Calibration(single, ddp, FITS)
+    single, ddp = calibration.calibration_inputs(*tables(records()))
+    model = calibration.Calibration(single, ddp, FITS)
     four = model.forecast("ddp", "gloo", "cpu", 4, 256)
     # share grows linearly from 1 at one rank through 2 ranks' 1.3, DDP's fixed cost stays; the ring
     # all-reduce over 4
@@ -125,14 +125,14 @@ def test_more_ranks_than_measured_extrapolate_the_share_and_the_ring_and_widen_t
     assert four["how"] == "extrapolated" and "4 ranks extrapolated from 2" in four["basis"]
     two = model.forecast("ddp", "gloo", "cpu", 2, 256)
     assert two["how"] == "interpolated" and two["distance"] == 0 and four["distance"] == 1
-    low2, high2 = forecast.interval(1.0, 0.03, two["distance"])
-    low4, high4 = forecast.interval(1.0, 0.03, four["distance"])
+    low2, high2 = calibration.interval(1.0, 0.03, two["distance"])
+    low4, high4 = calibration.interval(1.0, 0.03, four["distance"])
     assert high4 - low4 == pytest.approx(2 * (high2 - low2), rel=0.05)  # twice as wide, one doubling away
 
 
 def test_a_forecast_group_no_ddp_setting_calibrates_is_an_error_naming_it():
-    single, ddp = forecast_table.calibration_inputs(*tables(records()))
-    model = forecast.Calibration(single, ddp, FITS)
+    single, ddp = calibration.calibration_inputs(*tables(records()))
+    model = calibration.Calibration(single, ddp, FITS)
     with pytest.raises(LookupError, match="no measured DDP setting over nccl"):
         model.forecast("ddp", "nccl", "cuda", 2, 256)
     with pytest.raises(LookupError, match="no all_reduce fit for gloo on cuda"):
@@ -300,14 +300,14 @@ def test_a_held_out_fsdp_setting_is_recovered_from_its_kind_and_priced_per_unit(
 
 def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_overlap():
     settings, cells = tables(with_units(records()))
-    single, multi = forecast_table.calibration_inputs(settings, cells)
-    model = forecast.Calibration(single, multi, ALL_FITS)
+    single, multi = calibration.calibration_inputs(settings, cells)
+    model = calibration.Calibration(single, multi, ALL_FITS)
     made = model.forecast("fsdp grad_op", "gloo", "cpu", 2, 128)
     assert 128 / made["predicted_samples_per_s"] == pytest.approx(ddp_step(128, comm_s=fsdp_comm("grad_op")), rel=0.01)
     assert made["how"] == "extrapolated"
     assert "no fsdp grad_op setting ran: DDP's host share and overlap" in made["basis"]
     # priced per unit: 4 units cost 3 more latencies per collective than one message would
-    one_unit = forecast.Calibration(single, multi.assign(units=1), ALL_FITS)
+    one_unit = calibration.Calibration(single, multi.assign(units=1), ALL_FITS)
     one_unit = one_unit.forecast("fsdp grad_op", "gloo", "cpu", 2, 128)
     slower = 128 / made["predicted_samples_per_s"] - 128 / one_unit["predicted_samples_per_s"]
     assert slower == pytest.approx(EXPOSED * 3 * (GATHER_LATENCY_S + SCATTER_LATENCY_S), rel=0.01)
@@ -319,9 +319,9 @@ def test_an_fsdp_setting_none_of_its_kind_calibrates_borrows_ddps_share_and_over
 
 def test_ddp_buckets_are_priced_each_with_its_latency():
     settings, cells = tables(records())
-    single, multi = forecast_table.calibration_inputs(settings, cells)
-    one = forecast.Calibration(single, multi, FITS).forecast("ddp", "gloo", "cpu", 4, 256)
-    three = forecast.Calibration(single, multi.assign(buckets=3), FITS)
+    single, multi = calibration.calibration_inputs(settings, cells)
+    one = calibration.Calibration(single, multi, FITS).forecast("ddp", "gloo", "cpu", 4, 256)
+    three = calibration.Calibration(single, multi.assign(buckets=3), FITS)
     # calibrated on the same steps, three buckets price the all-reduce higher, so less of it is
     # exposed (more of it hidden) at 2 ranks; at 4 ranks the ring's latency counts three times
     assert three.layout["buckets"] == 3 and three.calibrated[("ddp", "gloo", 2)]["overlap"] > 1 - EXPOSED
@@ -429,7 +429,7 @@ def test_step_time_recovers_its_parameters_from_generated_timings(overlapped):
 
 
 def test_on_cuda_a_forecast_group_bends_its_single_device_step_at_the_hosts_launch_time():
-    from dpstudy.analysis.forecast import Calibration
+    from dpstudy.analysis.calibration import Calibration
 
     single = pd.DataFrame(
         {

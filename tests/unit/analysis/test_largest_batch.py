@@ -161,7 +161,7 @@ def test_a_batch_skipped_by_the_budget_counts_by_the_plans_prediction():
 
 def test_one_batch_of_its_own_takes_the_forecast_groups_memory_model():
     # DDP on 4 ran at one batch: the one-device line (40 + 0.5 b) plus DDP's extra over it (10 MB,
-    # from DDP on 2), as forecast.py forecasts its memory
+    # from DDP on 2), as calibration.py forecasts its memory
     made = table([*single(), *multi("ddp"), *multi("ddp", batches=(256,), gpus=4)], 0.2)
     four = row(made, mode="ddp", gpus=4)
     assert four["memory_basis"].startswith("the forecast group's memory model (memory from 2 single-device")

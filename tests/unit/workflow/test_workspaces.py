@@ -8,7 +8,7 @@ from torch import nn
 
 from dpstudy.data.task import Task
 from dpstudy.study.spec import complete
-from dpstudy.workflow import memory_plan, workspaces
+from dpstudy.workflow import fake_step, memory_plan, workspaces
 
 CUDA = torch.cuda.is_available()
 
@@ -20,7 +20,7 @@ def simplecnn(batch: int, device: str = "auto") -> dict:
 
 
 def test_the_fake_step_names_every_convolution_at_its_shape_with_the_peaks_around_it():
-    parts, _, convs = memory_plan.tracked_fake_step(simplecnn(16), Task.image(3, 32, 10), 16)
+    parts, _, convs = fake_step.tracked_fake_step(simplecnn(16), Task.image(3, 32, 10), 16)
     assert [c.input_shape for c in convs] == [(16, 3, 32, 32), (16, 32, 16, 16), (16, 64, 8, 8)]
     assert [c.config[:2] for c in convs] == [(3, 32), (32, 64), (64, 128)]
     assert [c.input_grad for c in convs] == [False, True, True]  # the data needs no gradient
@@ -65,12 +65,12 @@ def test_the_plan_adds_the_measured_workspaces_to_the_allocator_peak_only(monkey
 
 
 def test_a_cpu_cell_measures_no_workspace():
-    _, _, convs = memory_plan.tracked_fake_step(simplecnn(8), Task.image(3, 32, 10), 8)
-    assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cpu"), 10.0, convs) is None
+    _, _, convs = fake_step.tracked_fake_step(simplecnn(8), Task.image(3, 32, 10), 8)
+    assert fake_step.workspace_on_this_gpu(simplecnn(8, "cpu"), 10.0, convs) is None
 
 
 def test_a_cuda_cell_gets_cublas_once_and_the_convolutions_lift(monkeypatch, capsys):
-    _, _, convs = memory_plan.tracked_fake_step(simplecnn(8), Task.image(3, 32, 10), 8)
+    _, _, convs = fake_step.tracked_fake_step(simplecnn(8), Task.image(3, 32, 10), 8)
     measured = []
 
     def blas(device, amp_dtype):
@@ -81,16 +81,16 @@ def test_a_cuda_cell_gets_cublas_once_and_the_convolutions_lift(monkeypatch, cap
     monkeypatch.setattr(workspaces, "_BLAS", {})
     monkeypatch.setattr(workspaces, "blas_workspaces_mb", blas)
     monkeypatch.setattr(workspaces, "above_step_peak_mb", lambda convs, peak, device, amp_dtype: 20.0)
-    assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cuda"), 10.0, convs) == 84.0
-    assert memory_plan.workspace_on_this_gpu(simplecnn(16, "cuda"), 10.0, convs) == 84.0
-    assert memory_plan.workspace_on_this_gpu(simplecnn(16, "cuda"), 10.0, []) == 64.0  # no convolution
+    assert fake_step.workspace_on_this_gpu(simplecnn(8, "cuda"), 10.0, convs) == 84.0
+    assert fake_step.workspace_on_this_gpu(simplecnn(16, "cuda"), 10.0, convs) == 84.0
+    assert fake_step.workspace_on_this_gpu(simplecnn(16, "cuda"), 10.0, []) == 64.0  # no convolution
     # the process keeps cuBLAS's workspaces: measured (and said) once
     assert measured == [torch.device("cuda", 0)]
     assert capsys.readouterr().out.count("cuBLAS's workspaces on cuda:0: 64.0 MB") == 1
 
 
 def test_a_gpu_that_cannot_run_the_convolutions_leaves_the_workspace_unmeasured(monkeypatch, capsys):
-    _, _, convs = memory_plan.tracked_fake_step(simplecnn(8), Task.image(3, 32, 10), 8)
+    _, _, convs = fake_step.tracked_fake_step(simplecnn(8), Task.image(3, 32, 10), 8)
 
     def full(*args):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
@@ -98,7 +98,7 @@ def test_a_gpu_that_cannot_run_the_convolutions_leaves_the_workspace_unmeasured(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(workspaces, "_BLAS", {torch.device("cuda", 0): 64.0})
     monkeypatch.setattr(workspaces, "above_step_peak_mb", full)
-    assert memory_plan.workspace_on_this_gpu(simplecnn(8, "cuda"), 10.0, convs) is None
+    assert fake_step.workspace_on_this_gpu(simplecnn(8, "cuda"), 10.0, convs) is None
     assert "workspaces not measured: CUDA out of memory" in capsys.readouterr().out
 
 
@@ -130,7 +130,7 @@ def test_on_a_gpu_the_predicted_lift_is_what_cudnn_adds_to_a_real_step(batch):
             torch.backends.cudnn.enabled = True
 
     adds = step_mb(True) - step_mb(False)
-    parts, _, convs = memory_plan.tracked_fake_step(simplecnn(batch, "cuda"), Task.image(3, 32, 10), batch)
+    parts, _, convs = fake_step.tracked_fake_step(simplecnn(batch, "cuda"), Task.image(3, 32, 10), batch)
     predicted = workspaces.above_step_peak_mb(convs, parts["peak"], torch.device("cuda", 0))
     assert predicted == pytest.approx(adds, abs=max(5.0, 0.1 * adds))
 
@@ -141,13 +141,13 @@ PLAN_THEN_STEP = """
 import json, sys, torch
 import torch.nn.functional as F
 from dpstudy.data.task import Task
-from dpstudy.workflow import memory_plan
+from dpstudy.workflow import fake_step
 from dpstudy.models.simplecnn import SimpleCNN
 from dpstudy.study.spec import complete
 batch = int(sys.argv[1])
 spec = complete({"dataset": "synthetic_rgb", "model": "simplecnn", "mode": "single", "batch": batch, "device": "cuda"})
-parts, _, convs = memory_plan.tracked_fake_step(spec, Task.image(3, 32, 10), batch)
-workspace = memory_plan.workspace_on_this_gpu(spec, parts["peak"], convs)
+parts, _, convs = fake_step.tracked_fake_step(spec, Task.image(3, 32, 10), batch)
+workspace = fake_step.workspace_on_this_gpu(spec, parts["peak"], convs)
 model = SimpleCNN(3, 32, 10).cuda()
 optimizer = torch.optim.Adam(model.parameters())
 x, y = torch.randn(batch, 3, 32, 32, device="cuda"), torch.randint(0, 10, (batch,), device="cuda")

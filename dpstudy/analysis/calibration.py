@@ -1,4 +1,6 @@
-"""Forecasts of DDP and FSDP settings from the measured ones, each checked against a setting held out.
+"""The step model calibrated on a study's measured settings: what the breakdown ("why not n x",
+dpstudy.analysis.scaling) and the forecasts (dpstudy.analysis.forecast_table) of every priced scheme
+share, each forecast checked against a setting held out.
 
 Per forecast group (every setting key but the strategy and batch keys, compile kept: FORECAST_GROUP),
 from the study's own settings table, the cells' traces and probes (dpstudy.analysis.step_inputs) and
@@ -33,21 +35,75 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
+from dpstudy.analysis.keys import FORECAST_GROUP
 from dpstudy.analysis.linefit import StepTime
-from dpstudy.analysis.memory_forecast import MemoryLine
+from dpstudy.analysis.memory_forecast import MemoryLine, held_memory, outside_tracker, setting_memory
+from dpstudy.analysis.step_inputs import cell_parts, setting_parts
 from dpstudy.analysis.step_model import MESSAGES, calibrate, comm_time, layout_of, step
 from dpstudy.study import modes
 
 Z95 = 1.96
 
 
+PROBES = ("grad_bytes",)  # what a forecast needs of a setting's probe beyond its exposed communication
+# and what it reads where recorded (older probes lack them): the layout
+OPTIONAL = ("buckets", "units", "gather_bytes")
+
+
+def calibration_inputs(
+    settings: pd.DataFrame,
+    cells: pd.DataFrame,
+    split: pd.DataFrame | None = None,
+    epochs: pd.DataFrame | None = None,
+    schemes=tuple(MESSAGES),
+    parts: pd.DataFrame | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(single-device settings, settings over 2+ ranks of `schemes` with their `scheme`
+    (dpstudy.study.modes.scheme_name), the medians of their cells' probes and the step model's parts
+    (dpstudy.analysis.step_inputs.setting_parts: exposed communication from the probes or the traces
+    as step_inputs.EXPOSED_FROM orders them, waiting for data per step from `epochs`, none without
+    them)). Both carry `memory_mb`,
+    the tracker's peak, `outside_mb`, what a CUDA allocator held beyond it, and `held_mb`, their sum
+    (dpstudy.analysis.memory_forecast.setting_memory over `split`, the memory_split table; NaN without
+    it). A setting without a measured exposed communication (DP excepted) does not calibrate.
+    `parts`: cell_parts(cells, epochs) where the caller made them already."""
+    settings = settings.assign(
+        memory_mb=setting_memory(settings, split),
+        outside_mb=outside_tracker(settings, split),
+        held_mb=held_memory(settings, split),
+    )
+    settings = setting_parts(settings, cell_parts(cells, epochs) if parts is None else parts)
+    single = settings[(settings["mode"] == modes.BASELINE) & (settings["devices"] == 1)]
+    multi = settings[~settings["mode"].isin([modes.BASELINE]) & (settings["devices"] > 1)].copy()
+    shard = multi["shard"] if "shard" in multi else pd.Series(None, index=multi.index, dtype=object)
+    multi["scheme"] = [modes.scheme_name(m, s) for m, s in zip(multi["mode"], shard, strict=True)]
+    multi = multi[multi["scheme"].isin(schemes) & multi["exposed_step_s"].notna() & multi["transfers_s"].notna()]
+    columns = [c for c in (*PROBES, *OPTIONAL) if c in cells]
+    probes = cells.set_index("cell")[columns]
+    for column in columns:  # the setting's `cells`: its finished repeats, space-separated
+        multi[column] = [probes.loc[ids.split(), column].median() for ids in multi["cells"]]
+    # a priced scheme needs its gradients' bytes to price its collectives
+    probed = multi[list(PROBES)].notna().all(axis=1) if set(PROBES) <= set(columns) else False
+    return single, multi[~multi["scheme"].isin(MESSAGES) | probed]
+
+
+def group_of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    mask = np.ones(len(frame), bool)
+    for column, value in zip(FORECAST_GROUP, key, strict=True):
+        mask &= (frame[column] == value).to_numpy() | (frame[column].isna().to_numpy() & pd.isna(value))
+    return frame[mask]
+
+
 class Calibration:
     """The step model (dpstudy.analysis.step_model) calibrated on one forecast group (one
     FORECAST_GROUP value): `single` its single-device settings, `multi` its settings over 2+ ranks
     with their `scheme` (step_model.scheme_of) and parts (dpstudy.analysis.step_inputs.setting_parts;
-    forecast_table.calibration_inputs makes both). Only MESSAGES' schemes are forecast; the others
+    calibration_inputs makes both). Only MESSAGES' schemes are forecast; the others
     (DP, HSDP) calibrate their own breakdown."""
 
     def __init__(self, single: pd.DataFrame, multi: pd.DataFrame, fits: pd.DataFrame):
