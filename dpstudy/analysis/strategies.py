@@ -53,7 +53,7 @@ from dpstudy.study import modes
 # the throughput in work, per setting with its interval (dpstudy.analysis.utilisation)
 THROUGHPUTS = ("tokens_per_s", "tokens_per_s_per_device", "mfu")
 COLUMNS = (
-    "workload",
+    "workload_id",
     *WORKLOAD_KEYS,
     *STRATEGY_KEYS,
     *DERIVED_KEYS,
@@ -176,9 +176,9 @@ def strategies_table(
     table = join_model(table, model, settings, held_out)
     parts = [rank(workload) for _, workload in table.groupby(list(WORKLOAD_KEYS), dropna=False, sort=True)]
     table = pd.concat(parts, ignore_index=True)
-    table["workload"] = table.groupby(list(WORKLOAD_KEYS), dropna=False, sort=True).ngroup()
+    table["workload_id"] = table.groupby(list(WORKLOAD_KEYS), dropna=False, sort=True).ngroup()
     table = table.astype({"rank": "Int64", "model_rank": "Int64", "setting": "Int64", "repeats": "Int64"})
-    return table.reindex(columns=list(COLUMNS)).sort_values(["workload", "rank", "cells"], ignore_index=True)
+    return table.reindex(columns=list(COLUMNS)).sort_values(["workload_id", "rank", "cells"], ignore_index=True)
 
 
 def join_settings(table: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
@@ -258,12 +258,12 @@ def rank(workload: pd.DataFrame) -> pd.DataFrame:
 
 def fastest(strategies: pd.DataFrame) -> pd.DataFrame:
     """The fastest strategy of each workload (rank 1), in workload order."""
-    return strategies[strategies["fastest"].astype(bool)].sort_values("workload")
+    return strategies[strategies["fastest"].astype(bool)].sort_values("workload_id")
 
 
 def ranked(strategies: pd.DataFrame, workload: int) -> pd.DataFrame:
     """One workload's finished strategies, fastest first."""
-    rows = strategies[(strategies["workload"] == workload) & strategies["rank"].notna()]
+    rows = strategies[(strategies["workload_id"] == workload) & strategies["rank"].notna()]
     return rows.sort_values("rank")
 
 

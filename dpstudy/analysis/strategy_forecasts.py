@@ -38,7 +38,7 @@ def forecast_rows(strategies: pd.DataFrame, forecasts: pd.DataFrame) -> pd.DataF
         strategy["compile"] = bool(made["compile"]) if pd.notna(made.get("compile")) else False
         rows.append(
             {
-                **{k: first[k] for k in ("workload", *WORKLOAD_KEYS)},
+                **{k: first[k] for k in ("workload_id", *WORKLOAD_KEYS)},
                 **strategy,
                 "devices": int(made["devices"]),
                 # the spec's batch: the global batch, or per device under batch_scope device
@@ -77,9 +77,9 @@ def with_forecasts(strategies: pd.DataFrame, forecasts: pd.DataFrame) -> pd.Data
     if not added.empty:
         table = pd.concat([table, added.reindex(columns=table.columns)], ignore_index=True)
     throughput = table["samples_per_s"].where(table["rank"].notna() | table["forecast"].astype(bool))
-    ranked = throughput.groupby(table["workload"]).rank(ascending=False, method="first")
+    ranked = throughput.groupby(table["workload_id"]).rank(ascending=False, method="first")
     table["rank_with_forecasts"] = ranked.astype("Int64") if len(table) else pd.array([], dtype="Int64")
     table["forecast"] = table["forecast"].astype(bool)
     order = table.assign(_forecast=table["forecast"], _rank=table["rank"].astype(float).fillna(math.inf))
-    order = order.sort_values(["workload", "_forecast", "_rank", "rank_with_forecasts"], kind="stable")
+    order = order.sort_values(["workload_id", "_forecast", "_rank", "rank_with_forecasts"], kind="stable")
     return order.drop(columns=["_forecast", "_rank"]).reset_index(drop=True)

@@ -18,8 +18,8 @@ from dpstudy.report.figures.layout import (
     hue,
     labelled,
     message,
+    model_facets,
     settings_of,
-    workload_facets,
 )
 
 if TYPE_CHECKING:
@@ -32,11 +32,11 @@ def accuracy_epochs(tables: Tables) -> Figure:
     the median of its cells, the band their middle half."""
     cells = labelled(tables["cells"])
     title = "Test accuracy per epoch (whole test set, evaluated once)"
-    epochs = tables["epochs"].merge(finished(cells)[["cell", "variant", "workload"]], on="cell")
+    epochs = tables["epochs"].merge(finished(cells)[["cell", "variant", "dataset_model"]], on="cell")
     if epochs.empty:
         return message("No cell finished: there are no epochs to show.", title, cells)
     epochs = epochs.assign(test_acc_pct=epochs["test_acc"] * 100)
-    facets = {"height": 3.5, "aspect": 1.3, **hue(epochs), **workload_facets(epochs)}
+    facets = {"height": 3.5, "aspect": 1.3, **hue(epochs), **model_facets(epochs)}
     count = epochs["cell"].nunique()
     if count <= MAX_LINES:
         g = sns.relplot(

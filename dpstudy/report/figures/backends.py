@@ -24,7 +24,7 @@ def backends(tables: Tables) -> Figure:
     if ok.empty:
         return message("No DDP cell finished: no backend to compare.", title, ddp)
     ok = ok.assign(devices=ok["devices"].map(lambda n: plural(n, "device")))
-    rows = {"row": "workload"} if ok["workload"].nunique() > 1 else {}
+    rows = {"row": "dataset_model"} if ok["dataset_model"].nunique() > 1 else {}
     g = settings_grid(ok, "global_batch", "samples_per_s", log=True, col="devices", **rows)
     axis_labels(g, "global_batch", "samples_per_s")
     log2_axis(g, ok["global_batch"])

@@ -26,7 +26,7 @@ METRICS = {
     "speedup": (("speedup", "low", "high"), "speedup vs one device"),
     "memory": (("memory", "memory_low", "memory_high"), "MB per device (step's peak; CUDA: allocated)"),
 }
-POINT_COLUMNS = ["workload", "variant", "global_batch", "devices", "kind"]
+POINT_COLUMNS = ["dataset_model", "variant", "global_batch", "devices", "kind"]
 POINT_COLUMNS += [c for columns, _ in METRICS.values() for c in columns]
 
 
@@ -38,7 +38,7 @@ def points(tables: Tables) -> pd.DataFrame:
     table = table[table["how"] != "not forecast"].dropna(subset=["predicted_samples_per_s"])
     if table.empty:
         return pd.DataFrame(
-            columns=["workload", "variant", "global_batch", "devices", "speedup", "low", "high", "kind"]
+            columns=["dataset_model", "variant", "global_batch", "devices", "speedup", "low", "high", "kind"]
         )
     # one node (the model forecasts no other); a table from before FSDP was forecast has no shard
     shard = table["shard"].astype(object).where(table["shard"].notna(), "none") if "shard" in table else "none"
@@ -51,7 +51,7 @@ def points(tables: Tables) -> pd.DataFrame:
     )
     made = pd.DataFrame(
         {
-            "workload": table["workload"],
+            "dataset_model": table["dataset_model"],
             "variant": table["variant"],
             "global_batch": table["global_batch"].astype(int),
             "devices": table["devices"].astype(int),
@@ -66,10 +66,12 @@ def points(tables: Tables) -> pd.DataFrame:
     )
     settings = settings_of(tables)
     settings = settings.assign(memory=held_memory(settings, tables.get("memory_split")))
-    ddp = settings[settings["mode"].isin(modes.forecast_modes()) & settings["workload"].isin(made["workload"])]
+    ddp = settings[
+        settings["mode"].isin(modes.forecast_modes()) & settings["dataset_model"].isin(made["dataset_model"])
+    ]
     measured = pd.DataFrame(
         {
-            "workload": ddp["workload"],
+            "dataset_model": ddp["dataset_model"],
             "variant": ddp["variant"],
             "global_batch": ddp["global_batch"].astype(int),
             "devices": ddp["devices"].astype(int),
@@ -80,11 +82,11 @@ def points(tables: Tables) -> pd.DataFrame:
             "kind": "measured",
         }
     )
-    lines = pd.concat([measured, made])[["workload", "variant", "global_batch"]].drop_duplicates()
-    single = settings[settings["mode"] == modes.BASELINE].set_index(["workload", "global_batch"])["memory"]
+    lines = pd.concat([measured, made])[["dataset_model", "variant", "global_batch"]].drop_duplicates()
+    single = settings[settings["mode"] == modes.BASELINE].set_index(["dataset_model", "global_batch"])["memory"]
     single = single[~single.index.duplicated()]
     origins = lines.assign(devices=1, speedup=1.0, kind="measured")
-    origins["memory"] = single.reindex(pd.MultiIndex.from_frame(lines[["workload", "global_batch"]])).to_numpy()
+    origins["memory"] = single.reindex(pd.MultiIndex.from_frame(lines[["dataset_model", "global_batch"]])).to_numpy()
     return pd.concat([origins, measured, made], ignore_index=True).reindex(columns=POINT_COLUMNS)
 
 
@@ -98,7 +100,7 @@ def forecasts(tables: Tables) -> Figure:
     data = points(tables)
     if data.empty:
         return message("No forecast: the study has no DDP settings to calibrate on (see the report).", title, cells)
-    workloads = sorted(data["workload"].unique())
+    workloads = sorted(data["dataset_model"].unique())
     rows = [m for m in METRICS if data[METRICS[m][0][0]].notna().any()]
     size = (5.2 * len(workloads), 3.8 * len(rows))
     fig, axes = plt.subplots(len(rows), len(workloads), figsize=size, squeeze=False, sharex="col")
@@ -108,7 +110,7 @@ def forecasts(tables: Tables) -> Figure:
     markers = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(batches)}
     for column, name in enumerate(workloads):
         for row, metric in enumerate(rows):
-            draw_workload(axes[row, column], data[data["workload"] == name], metric, colours, markers)
+            draw_workload(axes[row, column], data[data["dataset_model"] == name], metric, colours, markers)
         ax = axes[0, column]
         held = tables["forecasts"]
         held = held[(held["source"] == "leave-one-out") & (held["dataset"] + "/" + held["model"] == name)]

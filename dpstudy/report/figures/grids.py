@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import seaborn as sns
 
-from dpstudy.report.figures.layout import MARKERS, MAX_STYLES, SPREAD, axis_labels, hue, workload_facets
+from dpstudy.report.figures.layout import MARKERS, MAX_STYLES, SPREAD, axis_labels, hue, model_facets
 
 
 def hidden_keys(data: pd.DataFrame, shown: list[str]) -> list[str]:
@@ -124,7 +124,7 @@ def log2_axis(grid: sns.FacetGrid, values: pd.Series) -> None:
 
 def versus_batch(settings: pd.DataFrame, y: str) -> sns.FacetGrid:
     """y of each setting against the global batch (log2 axis), a line per mode and device count."""
-    g = settings_grid(settings, "global_batch", y, style="devices", log=True, **workload_facets(settings))
+    g = settings_grid(settings, "global_batch", y, style="devices", log=True, **model_facets(settings))
     axis_labels(g, "global_batch", y)
     log2_axis(g, settings["global_batch"])
     return g

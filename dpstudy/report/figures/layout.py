@@ -79,12 +79,12 @@ def figure(draw: Draw) -> Draw:
 
 def labelled(cells: pd.DataFrame) -> pd.DataFrame:
     """cells plus `variant` (the scheme: mode and shard, the backend of a process-group mode, and
-    the nodes when several: inter-node scaling gets a colour of its own) and `workload`
+    the nodes when several: inter-node scaling gets a colour of its own) and `dataset_model`
     (dataset/model)."""
     scheme = cells["mode"].where(cells["shard"] == modes.NO_SHARD, cells["mode"] + " " + cells["shard"])
     variant = scheme.where(cells["backend"] == "none", scheme + "/" + cells["backend"])
     variant = variant.where(cells["nodes"] <= 1, variant + " on " + cells["nodes"].astype("string") + " nodes")
-    return cells.assign(variant=variant, workload=cells["dataset"] + "/" + cells["model"])
+    return cells.assign(variant=variant, dataset_model=cells["dataset"] + "/" + cells["model"])
 
 
 def hue(data: pd.DataFrame) -> dict:
@@ -98,7 +98,7 @@ def hue(data: pd.DataFrame) -> dict:
 
 def settings_of(tables: Tables) -> pd.DataFrame:
     """The settings table (dpstudy.analysis.stats.settings_table: a row per setting, its repeats combined
-    with a 95 % interval) with variant and workload. Every speedup, efficiency, throughput and final
+    with a 95 % interval) with variant and dataset_model. Every speedup, efficiency, throughput and final
     accuracy a figure draws comes from there, so a figure shows the numbers the report prints."""
     return labelled(tables["settings"])
 
@@ -107,13 +107,13 @@ def with_settings(rows: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """rows (a `cell` column) of the finished cells, with their setting keys and variant."""
     from dpstudy.analysis.keys import SETTING_KEYS
 
-    keys = [k for k in dict.fromkeys([*SETTING_KEYS, "variant", "workload"]) if k in cells]
+    keys = [k for k in dict.fromkeys([*SETTING_KEYS, "variant", "dataset_model"]) if k in cells]
     return rows.merge(finished(cells)[["cell", *keys]], on="cell", suffixes=("_row", ""))
 
 
-def workload_facets(data: pd.DataFrame) -> dict:
-    n = data["workload"].nunique()
-    return {"col": "workload", "col_wrap": min(n, 3)} if n > 1 else {}
+def model_facets(data: pd.DataFrame) -> dict:
+    n = data["dataset_model"].nunique()
+    return {"col": "dataset_model", "col_wrap": min(n, 3)} if n > 1 else {}
 
 
 def setting_of(cells: pd.Series) -> pd.Series:

@@ -59,12 +59,12 @@ def scaling(tables: Tables) -> Figure:
     if multi.empty:
         return message("No multi-device cell finished with a baseline: no speedup to show.", title, cells)
     style = "batch" if multi["batch"].nunique() <= MAX_STYLES else None
-    lines = ["variant", "workload", *([style] if style else [])]
+    lines = ["variant", "dataset_model", *([style] if style else [])]
     origins = multi[lines].drop_duplicates().assign(devices=1, speedup=1.0, efficiency=1.0)
     for part in ("_low", "_high"):
         origins = origins.assign(**{f"speedup{part}": float("nan"), f"efficiency{part}": float("nan")})
     long = metric_rows(pd.concat([multi, origins], ignore_index=True), ("speedup", "efficiency"))
-    rows = {"row": "workload"} if long["workload"].nunique() > 1 else {}
+    rows = {"row": "dataset_model"} if long["dataset_model"].nunique() > 1 else {}
     g = settings_grid(long, "devices", "value", style=style, col="metric", sharey=False, **rows)
     axis_labels(g, "devices", "metric")
     devices = sorted(long["devices"].unique())

@@ -28,7 +28,7 @@ def strategies(tables: Tables) -> Figure:
         return message("No strategy finished with a measured memory split: nothing to place.", title, cells)
     ran = labelled(ran).assign(compiled=ran["compile"].astype(bool).map({True: "compiled", False: "eager"}))
     ran = ran.assign(global_batch=ran["global_batch"].map(lambda b: f"global batch {int(b)}"))
-    facets = {"col": "global_batch"} | ({"row": "workload"} if ran["workload"].nunique() > 1 else {})
+    facets = {"col": "global_batch"} | ({"row": "dataset_model"} if ran["dataset_model"].nunique() > 1 else {})
     markers = {"eager": "o", "compiled": "s"}
     g = sns.FacetGrid(ran, **hue(ran), height=3.5, aspect=1.3, sharex=False, sharey=False, **facets)
     g.map_dataframe(draw_strategies, markers=markers)

@@ -140,9 +140,9 @@ def strategies(tables: Tables) -> str:
         return not_measured(why_not_run(tables["cells"]))
     keys = varied(tables)
     sections = []
-    workloads = sorted(ran["workload"].unique())
+    workloads = sorted(ran["workload_id"].unique())
     for number in workloads[:LIST_LIMIT]:
-        rows, every = ranked(table, number), table[table["workload"] == number]
+        rows, every = ranked(table, number), table[table["workload_id"] == number]
         learners = rows[rows["fastest"].astype(bool)]  # the best ranked that learned (strategies.rank)
         best = learners.iloc[0] if not learners.empty else rows.iloc[0]
         after = rows[rows["rank"] > best["rank"]]

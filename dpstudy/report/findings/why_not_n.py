@@ -101,7 +101,7 @@ def why_not_n(tables: Tables) -> str:
             "collectives ms: alone (exposed; traced)": [
                 f"{ms(a)} ({loss_text(e, n)}; {ms(t)})"
                 for a, e, n, t in zip(
-                    shown["comm_s"], shown["loss_sync_s"], noise, shown["traced_exposed_s"], strict=True
+                    shown["comm_s"], shown["loss_exposed_s"], noise, shown["traced_exposed_s"], strict=True
                 )
             ],
             "hidden by the step": shown["overlap"].map(or_na(percent)),

@@ -374,7 +374,7 @@ def test_model_per_setting_names_the_largest_loss_in_seconds(tmp_path):
     tables = tables_of(tmp_path, ddp_pair())
     row = tables["scaling_settings"].iloc[0]
     assert row["setting"] == setting(tables, mode="ddp")["setting"]
-    assert row["largest"] == scaling.LOSSES["loss_sync_s"]
+    assert row["largest"] == scaling.LOSSES["loss_exposed_s"]
     assert row["largest_s"] == pytest.approx(0.010)  # see test_scaling: 10 ms exposed per step
     assert row["measured_speedup"] == pytest.approx(1.5) and row["ideal_s"] == pytest.approx(0.032)
 

@@ -54,7 +54,7 @@ def test_a_hybrid_cell_has_its_baseline_and_ranks_beside_ddp(tables):
     hybrid = strategies[strategies["shard"] == "hybrid"]
     assert len(hybrid) == 1 and hybrid["replicate"].iloc[0] == 2
     ddp = strategies[(strategies["mode"] == "ddp") & (strategies["batch"] == 64)]
-    assert hybrid["workload"].iloc[0] == ddp["workload"].iloc[0]  # replicate is the strategy's
+    assert hybrid["workload_id"].iloc[0] == ddp["workload_id"].iloc[0]  # replicate is the strategy's
 
 
 def test_no_model_prices_hybrids_collectives_and_the_forecasts_say_so(tables):

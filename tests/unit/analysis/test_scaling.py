@@ -44,7 +44,7 @@ def test_the_parts_add_up_to_the_measured_step(tables):
     losses = {k: row[k] for k in scaling.LOSSES if pd.notna(row[k])}
     assert losses["loss_compute_s"] == pytest.approx(0) and losses["loss_data_s"] == pytest.approx(data - 0.00128 / 2)
     assert row["ideal_s"] + sum(losses.values()) == pytest.approx(row["step_s"])
-    assert row["largest"] == scaling.LOSSES["loss_sync_s"]
+    assert row["largest"] == scaling.LOSSES["loss_exposed_s"]
 
 
 def test_without_fits_the_collectives_are_not_priced_but_the_breakdown_stands(tables):

@@ -77,13 +77,13 @@ def test_memory_per_device_is_the_fullest_devices_step_and_what_did_not_fit_says
     assert bool(full["fits"]) and full["status"] == "ok"
     # the memory plan's skip joins the workload of the cells that ran (its record has no device kind)
     planned = strategy(table, mode="fsdp", batch_scope="per_device")
-    assert planned["workload"] == full["workload"] and planned["fits"] is False
+    assert planned["workload_id"] == full["workload_id"] and planned["fits"] is False
     assert planned["reason"] == BUDGET_REASON and pd.isna(planned["rank"])
     oom = strategy(table, global_batch=1024)
     assert oom["fits"] is False and oom["status"] == "oom"
     nccl = strategy(table, backend="nccl")
     assert pd.isna(nccl["fits"]) and nccl["reason"] == NCCL_REASON  # cannot run here: not a memory verdict
-    assert table["workload"].nunique() == 2  # global batch 64 and 1024
+    assert table["workload_id"].nunique() == 2  # global batch 64 and 1024
 
 
 def test_the_model_ranks_the_strategies_by_forecasts_that_never_read_them(tables):
@@ -155,7 +155,7 @@ def test_a_strategy_that_did_not_learn_is_no_candidate_for_fastest_nor_party_to_
     assert ddp["rank"] == 1 and not ddp["learned"] and not ddp["fastest"]  # still the fastest measured
     grad_op = strategy(table, mode="fsdp", shard="grad_op", global_batch=64)
     assert grad_op["learned"] and grad_op["fastest"]  # the best ranked that learned
-    assert table.groupby("workload")["fastest"].sum().le(1).all()
+    assert table.groupby("workload_id")["fastest"].sum().le(1).all()
     settings = tables["settings"]
     assert settings.loc[settings["setting"] == ddp["setting"], "learned"].item() is False
     gaps = tables["comparisons"][tables["comparisons"]["kind"] == "accuracy"]
