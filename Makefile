@@ -10,9 +10,9 @@ GPUS ?= 2
 #   WHEELS=DIR     install from a folder of wheels alone, with no network (make wheelhouse fills one)
 #   INSTALLER=pip  pip installs everything (default: uv online from the lock, from its cache
 #                  ~/.cache/uv; pip offline and for TORCH=system)
-#   EXTRAS=test    dpstudy's extras (default test,browser,timm,text,transformers; browser is playwright,
-#                  50 MB; timm for timm:<name> models, text for BPE tokenizers, transformers for
-#                  transformers:<name> models)
+#   EXTRAS=test    dpstudy's extras (default test,browser,timm,text,transformers,deepspeed; browser is
+#                  playwright, 50 MB; timm for timm:<name> models, text for BPE tokenizers, transformers
+#                  for transformers:<name> models, deepspeed for mode deepspeed)
 # The venv remembers TORCH and EXTRAS: a later `make run` or `make test` keeps them.
 TORCH ?=
 WHEELS ?=
@@ -56,7 +56,7 @@ wheelhouse:
 
 # After a change of pyproject.toml: pin what the tests now pass with.
 lock:
-	$(BIN)/python -m pip install --quiet -e '.[test,browser,timm,text,transformers]'
+	$(BIN)/python -m pip install --quiet -e '.[test,browser,timm,text,transformers,deepspeed]'
 	$(BIN)/python scripts/lock_requirements.py
 
 # $(call apt_install,PACKAGES,WHAT WITHOUT THEM): install the missing ones as root, else say so.

@@ -67,10 +67,11 @@ def split(snapshot: dict) -> dict[str, float]:
     return {**parts, "peak": by_name["Total"] / MB}
 
 
-def tracked(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step):
-    """The tracker (tracker_for) after `step()`, one training step, ran under it: its peaks, and
-    per module the peaks inside each module's forward and backward (dpstudy.workflow.workspaces)."""
-    tracker = tracker_for(model, optimizer)
+def tracked(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step, tracker=None):
+    """The tracker (`tracker`, already following model and optimizer: a mode's own, Mode.tracker;
+    else tracker_for's) after `step()`, one training step, ran under it: its peaks, and per module
+    the peaks inside each module's forward and backward (dpstudy.workflow.workspaces)."""
+    tracker = tracker or tracker_for(model, optimizer)
     with tracker:
         step()
     return tracker
@@ -82,9 +83,9 @@ def peak_split(tracker) -> dict[torch.device, dict]:
     return {device: split(snapshot) for device, snapshot in peaks.items() if snapshot.get("Total", 0) > 0}
 
 
-def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step) -> dict[torch.device, dict]:
-    """{device: the four parts and the peak (MB)} of `step()`, one training step."""
-    return peak_split(tracked(model, optimizer, step))
+def tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step, tracker=None) -> dict:
+    """{device: the four parts and the peak (MB)} of `step()`, one training step (`tracker`: see tracked)."""
+    return peak_split(tracked(model, optimizer, step, tracker))
 
 
 def resident_mb(loaders, device: int) -> float:
@@ -142,7 +143,8 @@ def measure(trainer) -> dict[str, list[float]]:
     loaders = (trainer.train_data, trainer.test_data)
 
     def step():
-        return tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y))
+        tracker = mode.tracker(trainer.model, trainer.optimizer)
+        return tracked_step(trainer.model, trainer.optimizer, lambda: trainer.step(x, y), tracker)
 
     if cuda:
         per_device, views = allocator_step(cuda, step, loaders)

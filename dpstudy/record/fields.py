@@ -12,6 +12,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from dpstudy.record.probe_fields import PROBE_FIELDS
 from dpstudy.record.schema import (
     ALLOCATOR_PARTS,
     ALLOCATOR_SPLIT,
@@ -28,7 +29,6 @@ from dpstudy.record.schema import (
     MEMORY_PARTS,
     MEMORY_SPLIT,
     OPTIONAL_SUMMARY_FIELDS,
-    PROBE_FIELDS,
     SCHEMA_ID,
     STATUSES,
     STEADY_FIELDS,

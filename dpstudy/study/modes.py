@@ -1,185 +1,38 @@
-"""Every fact of every mode, in one table of data (no torch): what a mode is, read here and
-nowhere else.
+"""What a mode is, read from one table of data (no torch): dpstudy.study.mode_table's rows, each of
+the kinds dpstudy.study.mode_facts defines, and the questions every other module asks of them.
 
 A mode (`TABLE`) runs as one process or one process per device, takes its backends, and spreads
 the model in one or more ways, its shards: each (mode, shard) is a `Scheme`, the unit the step
 model prices, the memory plan predicts and the report names. Validation (dpstudy.study.spec), the
 schema's enums (dpstudy.study.schema), the memory plan, the step model and its breakdown, the
-forecasts, the report's phrases and the figures' legends all read this table; the engine's mode
-classes (dpstudy.engine.modes) implement it, one class per mode. docs/extending.md lists what a
-new mode adds: a row here, a class there, a probe, tests.
+forecasts, the report's phrases and the figures' legends all ask here; the engine's mode classes
+(dpstudy.engine.modes) implement the rows, one class per mode. Outside these and those classes no
+module compares a mode's name. docs/extending.md lists what a new mode adds.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-from dataclasses import dataclass, field
 
-NO_SHARD = "none"  # the shard of a mode that does not shard
-NO_BACKEND = "none"  # the backend of a mode without a process group
-PROCESS_GROUP_BACKENDS = ("nccl", "gloo")
-STATE = ("params", "grads", "optimizer")  # the model state a scheme keeps whole or sharded
+from dpstudy.study.mode_facts import NO_BACKEND, NO_SHARD, PROCESS_GROUP_BACKENDS, STATE, ModeFacts, Scheme
+from dpstudy.study.mode_table import DDP_KNOBS, KNOBS, REFERENCE, TABLE
 
+__all__ = [
+    "BASELINE",
+    "DDP_KNOBS",
+    "KNOBS",
+    "NO_BACKEND",
+    "NO_SHARD",
+    "PROCESS_GROUP_BACKENDS",
+    "REFERENCE",
+    "SHARDS",
+    "STATE",
+    "TABLE",
+    "ModeFacts",
+    "Scheme",
+]
 
-@dataclass(frozen=True)
-class Collective:
-    """One collective of a step as the step model prices it: comm_bench's operation, called once
-    per message of the layout's `count` (buckets, units), moving the layout's `size` bytes in all
-    (grad_bytes, gather_bytes: dpstudy.analysis.step_model.layout_of)."""
-
-    op: str
-    count: str
-    size: str
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """One way of a mode to spread the model: a step's collectives and what each device holds.
-
-    `sharded`: the parts of the model state (STATE) each device holds 1 / degree of, the rest it
-    holds whole; the degree is the world size, or under `over` "replica" the devices of one replica
-    (HSDP: devices / replicate). `master`: the scheme keeps an fp32 copy of its shard of the
-    parameters beside the model's (DeepSpeed's ZeRO optimizer). `buckets`: it holds one more copy
-    of the gradients outside the step (DDP's reducer). `collectives` are what the step model
-    prices; a scheme with `unpriced` (the reason) is calibrated for its breakdown but never
-    forecast."""
-
-    shard: str
-    label: str  # after the mode's label in the report: "full" in "FSDP full"; "" for none
-    collectives: tuple[Collective, ...] = ()
-    unpriced: str = ""
-    sharded: tuple[str, ...] = ()
-    over: str = "world"
-    master: bool = False
-    buckets: bool = False
-    knobs: tuple[str, ...] = ()  # settings of this shard only (hybrid: replicate)
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class ModeFacts:
-    """One mode's facts. `processes`: "one" (one process drives the cell's devices) or
-    "per_device" (torchrun starts one per device, in a process group over one of `backends`, on
-    one node or several). `memory` is how the memory plan predicts it (dpstudy.workflow.memory_plan):
-    "plain" (the model's own step at the per-device batch, the scheme's facts added), "dp"
-    (DataParallel's device 0 gathers the batch), "fake" (the mode itself on fake tensors over a
-    fake process group). `needs_cuda`: why it runs on GPUs only; `extra`: the optional package it
-    needs, as `pip install dpstudy[<extra>]` names it, and `package` its import name."""
-
-    name: str
-    label: str  # the report's: "DDP"
-    full_name: str  # what implements it: "DistributedDataParallel"
-    description: str
-    processes: str
-    schemes: tuple[Scheme, ...]  # the first is the default shard
-    memory: str = "plain"
-    one_device: bool = False  # the baseline every speedup is measured against
-    needs_cuda: str = ""
-    transfers: bool = False  # its step copies batches and replicas (DP): priced as transfers
-    knobs: tuple[str, ...] = ()  # settings of this mode only (None for every other mode)
-    extra: str | None = None
-    package: str | None = None
-    no_compile: str = ""  # why it refuses compile: true
-    by_shard: dict[str, Scheme] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "by_shard", {s.shard: s for s in self.schemes})
-
-    @property
-    def backends(self) -> tuple[str, ...]:
-        return PROCESS_GROUP_BACKENDS if self.per_device else (NO_BACKEND,)
-
-    @property
-    def per_device(self) -> bool:
-        return self.processes == "per_device"
-
-    @property
-    def shards(self) -> tuple[str, ...]:
-        return tuple(self.by_shard)
-
-    @property
-    def default_shard(self) -> str:
-        return self.schemes[0].shard
-
-
-# DistributedDataParallel's arguments a study may set (schema $defs/settings); None: DDP's default,
-# the only value of the other modes.
-DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "broadcast_buffers", "static_graph")
-GATHER, SCATTER = Collective("all_gather", "units", "gather_bytes"), Collective("reduce_scatter", "units", "grad_bytes")
-
-TABLE: dict[str, ModeFacts] = {
-    mode.name: mode
-    for mode in (
-        ModeFacts(
-            "single",
-            "one device",
-            "one device",
-            "one device, one process",
-            "one",
-            (Scheme(NO_SHARD, ""),),
-            one_device=True,
-        ),
-        ModeFacts(
-            "dp",
-            "DP",
-            "nn.DataParallel",
-            "nn.DataParallel: one process drives every GPU of the cell",
-            "one",
-            (Scheme(NO_SHARD, "", unpriced="its scatter, replicate and gather"),),
-            memory="dp",
-            needs_cuda="nn.DataParallel splits batches over GPUs only",
-            transfers=True,
-        ),
-        ModeFacts(
-            "ddp",
-            "DDP",
-            "DistributedDataParallel",
-            "DistributedDataParallel via torchrun",
-            "per_device",
-            (Scheme(NO_SHARD, "", (Collective("all_reduce", "buckets", "grad_bytes"),), buckets=True),),
-            knobs=DDP_KNOBS,
-        ),
-        ModeFacts(
-            "fsdp",
-            "FSDP",
-            "FSDP2's fully_shard",
-            "fully_shard (FSDP2) per block and at the root, via torchrun",
-            "per_device",
-            (
-                Scheme(
-                    "full",
-                    "full",
-                    (GATHER, GATHER, SCATTER),
-                    sharded=STATE,
-                    description="parameters re-gathered for backward, like ZeRO-3",
-                ),
-                Scheme(
-                    "grad_op",
-                    "grad_op",
-                    (GATHER, SCATTER),
-                    sharded=STATE,
-                    description="parameters kept from forward to backward, like ZeRO-2",
-                ),
-                Scheme(
-                    "hybrid",
-                    "hybrid",
-                    unpriced="its two-level collectives",
-                    sharded=STATE,
-                    over="replica",
-                    knobs=("replicate",),
-                    description=(
-                        "HSDP: `replicate` replicas, each sharded full over devices / replicate devices, "
-                        "their gradients all-reduced between replicas"
-                    ),
-                ),
-            ),
-            memory="fake",
-        ),
-    )
-}
-# The plainest process-group scheme: the one whose calibration a priced scheme that did not run
-# borrows (the same ranks on the same host and backend), and the one the backends figure compares.
-REFERENCE = ("ddp", NO_SHARD)
 SHARDS = tuple(dict.fromkeys(s for mode in TABLE.values() for s in mode.shards))
 BASELINE = next(name for name, mode in TABLE.items() if mode.one_device)
 
@@ -269,14 +122,15 @@ def display(mode_name: str, shard: str | None = None) -> str:
     return f"{TABLE[mode_name].label}{f' {made.label}' if made.label else ''}"
 
 
+@functools.cache
 def missing_extra(mode_name: str) -> str | None:
     """Why this Python cannot run the mode (its optional package is not installed), or None."""
     of = TABLE[mode_name]
     if of.package is None or importlib.util.find_spec(of.package) is not None:
         return None
     return (
-        f"mode {mode_name!r} needs the optional package {of.package!r}: install dpstudy's extra "
-        f"{of.extra!r} (make setup EXTRAS=...,{of.extra}, or pip install 'dpstudy[{of.extra}]')"
+        f"mode {mode_name!r} needs the optional package {of.package!r}, which this Python lacks: dpstudy's "
+        f"extra {of.extra!r} (make setup installs it unless EXTRAS leaves it out; pip install 'dpstudy[{of.extra}]')"
     )
 
 

@@ -42,7 +42,23 @@ def schema() -> dict:
             + "); the other modes take none. In the cell id only where a sweep sets it."
         ),
     }
+    for ref, knob in (("settings", lambda k: {**modes.KNOBS[k], "default": None}), ("spec", reference)):
+        defs[ref]["properties"] = after(defs[ref]["properties"], "seed", {k: knob(k) for k in modes.KNOBS})
     return loaded
+
+
+def reference(key: str) -> dict:
+    return {"$ref": f"#/$defs/settings/properties/{key}"}
+
+
+def after(properties: dict, key: str, more: dict) -> dict:
+    """`properties` with `more` inserted after `key` (the order the reference and the tables show)."""
+    out = {}
+    for name, value in properties.items():
+        out[name] = value
+        if name == key:
+            out.update(more)
+    return out
 
 
 @functools.cache

@@ -52,7 +52,7 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
         raise ConfigError(f"{where}{error}") from None
     if cell.get("model_args") and kind == "registry":
         models.check_args(cell["model"], cell["model_args"], where)  # the keys its ModelInfo.args name
-    gap = setup_gap(cell)
+    gap = setup_gap(cell) or modes.missing_extra(cell["mode"]) or device_gap(cell)
     if gap:
         raise ConfigError(where + gap)
     gpus, nodes = cell["gpus"], cell.get("nodes", 1)
@@ -61,10 +61,7 @@ def check_rules(cell: dict[str, Any], where: str = "") -> None:
         raise ConfigError(f"{where}batch {cell['batch']} is not divisible by {over} under batch_scope 'global'")
     if cell.get("workers", 0) and cell.get("loader") != "torch":
         raise ConfigError(f"{where}workers {cell['workers']} needs loader 'torch'")
-    gap = knob_gap(cell)
-    if gap:
-        raise ConfigError(where + gap)
-    gap = replicate_gap(cell)
+    gap = replicate_gap(cell) or knob_gap(cell)
     if gap:
         raise ConfigError(where + gap)
 
@@ -97,15 +94,37 @@ def setup_gap(cell: dict[str, Any]) -> str | None:
     return None
 
 
-def knob_gap(cell: dict[str, Any]) -> str | None:
-    """Why a setting of one mode (DDP's knobs) is set on a cell of another, or None."""
+def device_gap(cell: dict[str, Any]) -> str | None:
+    """Why a mode cannot use the cell's backend on the device the cell names (DeepSpeed on CUDA
+    communicates over NCCL only), or None; device auto is decided where the cell runs (hardware_gap)."""
     facts = modes.TABLE[cell["mode"]]
+    if cell.get("device") == "cuda" and cell["backend"] not in (*facts.cuda_backends, modes.NO_BACKEND):
+        return cuda_backend_gap(cell["mode"], cell["backend"])
+    return None
+
+
+def cuda_backend_gap(mode: str, backend: str) -> str:
+    takes = modes.listed(modes.TABLE[mode].cuda_backends)
+    return f"mode {mode!r} on CUDA communicates over {takes} only, got backend {backend!r} (gloo runs on device cpu)"
+
+
+def knob_gap(cell: dict[str, Any]) -> str | None:
+    """Why a setting of one mode (DDP's knobs) or one shard (ZeRO-3's) is set on a cell of
+    another, or None."""
+    facts = modes.TABLE[cell["mode"]]
+    mine = modes.scheme(cell["mode"], cell.get("shard")).knobs
     for owner in modes.TABLE.values():
         for key in owner.knobs:
             if key not in facts.knobs and cell.get(key) is not None:
                 return (
                     f"{key} {json.dumps(cell[key])} is {owner.full_name}'s: mode {owner.name} only, "
                     f"not mode {cell['mode']!r} (leave it null)"
+                )
+        for scheme in owner.schemes:
+            for key in (k for k in scheme.knobs if k not in mine and cell.get(k) is not None):
+                return (
+                    f"{key} {json.dumps(cell[key])} belongs to shard {scheme.shard!r} of mode {owner.name!r} only, "
+                    f"got mode {cell['mode']!r} with shard {cell.get('shard')!r} (leave it null)"
                 )
     return None
 
@@ -199,6 +218,8 @@ def hardware_gap(spec: dict[str, Any], visible_gpus: int) -> str | None:
         return f"mode {spec['mode']} needs CUDA: {needs_cuda}"
     if spec["backend"] == "nccl" and not wants_cuda:
         return "backend nccl needs CUDA GPUs; on CPU only gloo runs"
+    if wants_cuda and spec["backend"] not in (*modes.TABLE[spec["mode"]].cuda_backends, modes.NO_BACKEND):
+        return cuda_backend_gap(spec["mode"], spec["backend"])
     if wants_cuda and spec["gpus"] > visible_gpus:
         return f"the cell needs {spec['gpus']} GPUs but {visible_gpus} are visible"
     return None

@@ -41,10 +41,10 @@ def workspace_on_this_gpu(spec: dict, step_peak_mb: float, convs: list) -> float
         return None
 
 
-def tracked_fake_step(spec: dict, task: Task, batch: int) -> tuple[dict, float, list]:
+def tracked_fake_step(spec: dict, task: Task, batch: int) -> tuple[dict, tuple[int, ...], list]:
     """The tracker's split of one fake training step of the cell's model (dpstudy.engine.memory),
-    the MB of one copy of its gradients, and its convolutions with the tracker's peaks around
-    them (dpstudy.workflow.workspaces.ConvAt)."""
+    the bytes of each of its trainable parameters (their sum: one copy of the gradients), and its
+    convolutions with the tracker's peaks around them (dpstudy.workflow.workspaces.ConvAt)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -89,12 +89,13 @@ def tracked_fake_step(spec: dict, task: Task, batch: int) -> tuple[dict, float, 
                 x = x.contiguous(memory_format=torch.channels_last)
             trainer.step(x, y)  # as after training: the optimizer's state exists
             seen, hooks = workspaces.watch_inputs(trainer.model)
-            tracker = memory.tracked(trainer.model, trainer.optimizer, lambda: trainer.step(x, y))
+            own = mode.tracker(trainer.model, trainer.optimizer)
+            tracker = memory.tracked(trainer.model, trainer.optimizer, lambda: trainer.step(x, y), own)
             for hook in hooks:
                 hook.remove()
             (parts,) = memory.peak_split(tracker).values()
-            gradient_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
-    return parts, gradient_mb, workspaces.convs_at_step(tracker, seen)
+            sizes = tuple(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return parts, sizes, workspaces.convs_at_step(tracker, seen)
 
 
 @contextlib.contextmanager

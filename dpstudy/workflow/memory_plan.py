@@ -48,6 +48,7 @@ from dpstudy.workflow.fake_step import faked, tracked_fake_step, workspace_on_th
 PARTS = tuple(part.removesuffix("_mb") for part in MEMORY_PARTS if part != "peak_mb")
 # allocated_mb: what the CUDA allocator will hold at the step's peak (see predict)
 # workspace_mb: what cuBLAS's and cuDNN's workspaces add to it, measured where the plan has a GPU
+MB = 2**20
 PLAN_COLUMNS = ("cell", "device", *MEMORY_PARTS, "allocated_mb", "workspace_mb", "reason", "skip")
 
 
@@ -86,8 +87,11 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
     if key not in steps:
         steps[key] = tracked_fake_step(spec, task, batch)
         steps[key] += (workspace_on_this_gpu(spec, steps[key][0]["peak"], steps[key][2]),)
-    parts, gradient_mb, _, workspace = steps[key]
+    parts, param_bytes, _, workspace = steps[key]
+    gradient_mb = sum(param_bytes) / MB
     scheme = modes.scheme(spec["mode"], spec.get("shard"))
+    if scheme.sharded and not faked(spec):  # ZeRO: no fake step of its own
+        parts = sharded_parts(spec, parts, param_bytes)
     if scheme.buckets:
         parts = {**parts, "activations": parts["activations"] + gradient_mb, "peak": parts["peak"] + gradient_mb}
     split = {f"{p}_mb": [parts[p]] * devices for p in PARTS} | {"peak_mb": [parts["peak"]] * devices}
@@ -101,6 +105,37 @@ def predict(spec: dict, steps: dict | None = None, sizes: tuple[int, int] | None
         split["peak_mb"] = [sum(split[f"{p}_mb"][d] for p in PARTS) for d in range(devices)]
     held = allocated(spec, split["peak_mb"], gradient_mb, resident_mb(spec, task, sizes), workspace or 0.0)
     return split | {"allocated_mb": held, "workspace_mb": [workspace] * devices}
+
+
+def sharded_parts(spec: dict, parts: dict, param_bytes: tuple[int, ...]) -> dict:
+    """The plain step's parts as one device of a scheme that shards the model state and has no fake
+    step of its own (DeepSpeed's ZeRO, which fake tensors cannot run), from the modes' table: each
+    sharded part over its degree; the module in the compute dtype where the mode casts it; the fp32
+    master copy of the device's partition beside the optimizer's state (the ZeRO paper counts it
+    there); the gradient bucket, allocated whole, in the gradients; the parameters below the
+    kept-whole threshold whole on every device (fp32 elements: bytes / 4); where the scheme gathers
+    parameters (ZeRO-3), as many as it keeps live at once and their full gradients, in the
+    activations' part, which the step's own buffers fall in."""
+    facts, scheme = modes.TABLE[spec["mode"]], modes.scheme(spec["mode"], spec.get("shard"))
+    n = modes.degree(scheme, specs.devices(spec), specs.replicas(spec))
+    cast = 0.5 if facts.casts_module and spec["precision"] in ("bf16", "fp16") else 1.0
+
+    def knob(name: str) -> float:
+        return spec.get(name) if spec.get(name) is not None else facts.knob_defaults[name]
+
+    def share(part: str) -> float:
+        return modes.state_share(scheme, part, specs.devices(spec), specs.replicas(spec))
+
+    whole = sum(b for b in param_bytes if b / 4 < knob(scheme.kept_whole)) / MB if scheme.kept_whole else 0.0
+    bucket = knob(scheme.bucket) * 4 * cast / MB if scheme.bucket else 0.0
+    live = min(sum(param_bytes), knob(scheme.gathered) * 4) * cast / MB if scheme.gathered else 0.0
+    made = {
+        "params": ((parts["params"] - whole) * share("params") + whole) * cast,
+        "grads": parts["grads"] * cast * share("grads") + bucket,
+        "optimizer": parts["optimizer"] * share("optimizer") + (sum(param_bytes) / MB / n if scheme.master else 0.0),
+        "activations": parts["activations"] + 2 * live,
+    }
+    return {**made, "peak": sum(made.values())}
 
 
 def input_bytes(task: Task) -> int:

@@ -25,7 +25,7 @@ from dpstudy_setup.versions import canonicalize_name, read_pins
 STATE_FILE = "dpstudy-setup.json"
 HOST_PTH = "dpstudy-host-torch.pth"
 MODES = ("lock", "system")
-DEFAULT_EXTRAS = "test,browser,timm,text,transformers"
+DEFAULT_EXTRAS = "test,browser,timm,text,transformers,deepspeed"
 # The code that sets a venv up: a change of it sets the venv up again.
 SETUP_CODE = (REPO / "scripts" / "setup_venv.py", *sorted(Path(__file__).parent.glob("*.py")))
 

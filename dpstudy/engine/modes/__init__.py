@@ -11,6 +11,7 @@ import torch
 from dpstudy.engine.checkpointing import how_of
 from dpstudy.engine.modes.base import Mode, Single
 from dpstudy.engine.modes.ddp import DistributedDataParallel
+from dpstudy.engine.modes.deepspeed import DeepSpeed
 from dpstudy.engine.modes.dp import DataParallel
 from dpstudy.engine.modes.fsdp import FullyShardedDataParallel
 from dpstudy.study import modes
@@ -19,7 +20,7 @@ from dpstudy.study.spec import hardware_gap
 # The engine's class of each mode of the modes' table (dpstudy.study.modes, the facts of every mode):
 # a new mode is a row there, a class and its entry here; docs/extending.md lists the rest.
 MODES: dict[str, type[Mode]] = {
-    cls.name: cls for cls in (Single, DataParallel, DistributedDataParallel, FullyShardedDataParallel)
+    cls.name: cls for cls in (Single, DataParallel, DistributedDataParallel, FullyShardedDataParallel, DeepSpeed)
 }
 assert set(MODES) == set(modes.TABLE)
 assert all(MODES[m].distributed == modes.TABLE[m].per_device for m in MODES)

@@ -102,6 +102,12 @@ class Mode:
         scaler.step(optimizer)
         scaler.update()
 
+    def tracker(self, model: nn.Module, optimizer: torch.optim.Optimizer):
+        """PyTorch's memory tracker following this mode's model and optimizer (dpstudy.engine.memory)."""
+        from dpstudy.engine.memory import tracker_for
+
+        return tracker_for(model, optimizer)
+
     def autocast(self, amp_dtype: torch.dtype | None):
         """bf16/fp16 through autocast; FSDP casts through its mixed-precision policy instead."""
         if amp_dtype is None:

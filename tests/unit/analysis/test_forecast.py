@@ -372,7 +372,8 @@ def test_the_study_accepts_in_forecast_every_scheme_the_model_prices_and_no_othe
     from dpstudy.study import forecast_requests, modes
     from dpstudy.util.errors import ConfigError
 
-    assert set(step_model.MESSAGES) == {"ddp", "fsdp full", "fsdp grad_op"} <= set(modes.schemes())
+    assert set(step_model.MESSAGES) == {"ddp", "fsdp full", "fsdp grad_op", *(f"deepspeed zero{s}" for s in (1, 2, 3))}
+    assert set(step_model.MESSAGES) < set(modes.schemes())
     for name in modes.schemes():
         facts, made = modes.of_scheme(name)
         item = {"mode": [facts.name], "gpus": [2], "batch": [64], "backend": ["gloo"]}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dpstudy.engine import probe
+from dpstudy.engine import probe, probe_timing
 
 
 def trainer_whose_ranks_warmed_up_in(*seconds):
@@ -17,19 +17,19 @@ def trainer_whose_ranks_warmed_up_in(*seconds):
 @pytest.mark.parametrize(
     "warm_ups, steps",
     [
-        ((0.01, 0.02), probe.STEPS),  # fast: every step
+        ((0.01, 0.02), probe_timing.STEPS),  # fast: every step
         ((0.1, 0.6), 4),  # 2 s / 0.6 s: the slowest rank decides
-        ((5.0,), probe.MIN_STEPS),  # slow: never fewer than MIN_STEPS
-        ((0.0,), probe.STEPS),
+        ((5.0,), probe_timing.MIN_STEPS),  # slow: never fewer than MIN_STEPS
+        ((0.0,), probe_timing.STEPS),
     ],
 )
 def test_slow_steps_are_probed_fewer_times(warm_ups, steps):
-    assert probe.PROBE_S == 2.0
-    assert probe.affordable_steps(trainer_whose_ranks_warmed_up_in(*warm_ups), 0.01, probe.STEPS) == steps
+    assert probe_timing.PROBE_S == 2.0
+    assert probe_timing.affordable_steps(trainer_whose_ranks_warmed_up_in(*warm_ups), 0.01, probe_timing.STEPS) == steps
 
 
 def test_the_two_steps_take_turns_and_the_exposed_time_is_the_median_round_of_the_slowest_rank(monkeypatch):
-    """probe.interleaved: rounds of `with` then `without`; each round's time the slowest rank's; the
+    """probe_timing.interleaved: rounds of `with` then `without`; each round's time the slowest rank's; the
     medians, and the rounds' differences' median and interquartile range."""
     calls = []
     # seconds per step as rank 0 times them, round by round: (with, without); rank 1 is slower on
@@ -42,18 +42,18 @@ def test_the_two_steps_take_turns_and_the_exposed_time_is_the_median_round_of_th
         calls.append((work, steps))
         return next(timings)
 
-    monkeypatch.setattr(probe, "per_step", per_step)
+    monkeypatch.setattr(probe_timing, "per_step", per_step)
     rank1_flat = [t for pair in rank1 for t in pair]
     mode = SimpleNamespace(all_gather_floats=lambda mine: list(mine) + rank1_flat)
-    turns = probe.interleaved(SimpleNamespace(mode=mode), "with", "without", steps=8)
-    assert calls == [("with", 2), ("without", 2)] * probe.ROUNDS  # 8 steps: 2 a round, in turns
+    turns = probe_timing.interleaved(SimpleNamespace(mode=mode), "with", "without", steps=8)
+    assert calls == [("with", 2), ("without", 2)] * probe_timing.ROUNDS  # 8 steps: 2 a round, in turns
     # the slowest rank per round: with 0.012, 0.020, 0.013, 0.018; without 0.010 x 3, 0.015
     assert turns["sync_step_s"] == pytest.approx(0.0155)  # median of 0.012, 0.013, 0.018, 0.020
     assert turns["nosync_step_s"] == pytest.approx(0.010)
     # differences 0.002, 0.010, 0.003, 0.003: the odd round moves the median little, the mean much
     assert turns["exposed_s"] == pytest.approx(0.003)
     assert turns["exposed_spread_s"] == pytest.approx(0.002)  # inclusive quartiles 0.00275, 0.00475
-    assert turns["rounds"] == probe.ROUNDS == 4
+    assert turns["rounds"] == probe_timing.ROUNDS == 4
 
 
 def test_modes_know_nothing_of_the_probe_or_the_trainer(tmp_path):
@@ -87,7 +87,7 @@ def test_modes_know_nothing_of_the_probe_or_the_trainer(tmp_path):
 def test_each_probe_is_a_modes_and_a_mode_without_one_is_not_probed(monkeypatch):
     from dpstudy.engine import modes
 
-    assert set(probe.PROBES) == {"dp", "ddp", "fsdp"} and set(probe.PROBES) <= set(modes.MODES)
+    assert set(probe.PROBES) == {"dp", "ddp", "fsdp", "deepspeed"} and set(probe.PROBES) <= set(modes.MODES)
     assert probe.PROBES["fsdp"] is probe.probe_fsdp and probe.PROBES["ddp"] is probe.probe_ddp
     monkeypatch.setattr(probe.compiling, "compiled_graphs", lambda: 0)
     single = SimpleNamespace(mode=SimpleNamespace(name="single"), compiled=False)

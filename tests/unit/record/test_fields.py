@@ -16,7 +16,16 @@ def test_the_schemas_probe_is_the_probe_fields():
         assert field["type"] in ("number", "integer") and field["description"], name
     # counts and sizes are whole numbers, everything else seconds
     integers = {name for name, field in record.PROBE_FIELDS.items() if field["type"] == "integer"}
-    assert integers == {"steps", "rounds", "grad_bytes", "gather_bytes", "units", "buckets", "graphs_compiled"}
+    assert integers == {
+        "steps",
+        "rounds",
+        "grad_bytes",
+        "gather_bytes",
+        "units",
+        "buckets",
+        "gathers",
+        "graphs_compiled",
+    }
     assert all(name.endswith("_s") for name in record.PROBE_FIELDS.keys() - integers)
 
 

@@ -165,13 +165,13 @@ def test_ddps_knobs_reach_only_ddp_cells_and_name_them_where_the_sweep_sets_them
     [
         (
             lambda c: c["sweeps"][0]["grid"].update(mode=["single", "dp"]),
-            "sweep 'scale': nodes 2 needs mode ddp or fsdp",
+            "sweep 'scale': nodes 2 needs mode ddp, fsdp or deepspeed",
         ),
         (
             lambda c: c["sweeps"][0]["grid"].update(shard=["full"]),
             "sweep 'scale': grid.shard full needs mode fsdp in grid.mode",
         ),
-        (lambda c: c["sweeps"][0]["grid"].update(shard=["zero3"]), "sweep 'scale': shard: 'zero3' is not one of"),
+        (lambda c: c["sweeps"][0]["grid"].update(shard=["zero4"]), "sweep 'scale': shard: 'zero4' is not one of"),
         (
             lambda c: c["sweeps"][1].update(set={"bucket_cap_mb": 5}),
             r"sweep 'plain': set.bucket_cap_mb needs ddp cells: DistributedDataParallel's arguments",
