@@ -40,7 +40,7 @@ import pandas as pd
 
 from dpstudy.analysis.keys import FORECAST_GROUP
 from dpstudy.analysis.linefit import StepTime
-from dpstudy.analysis.memory_forecast import MemoryLine, held_memory, outside_tracker, setting_memory
+from dpstudy.analysis.memory_forecast import MemoryLine, held_memory, outside_tracker, setting_memory, setting_state
 from dpstudy.analysis.step_inputs import cell_parts, setting_parts
 from dpstudy.analysis.step_model import MESSAGES, calibrate, comm_time, layout_of, step
 from dpstudy.study import modes
@@ -50,7 +50,7 @@ Z95 = 1.96
 
 PROBES = ("grad_bytes",)  # what a forecast needs of a setting's probe beyond its exposed communication
 # and what it reads where recorded (older probes lack them): the layout
-OPTIONAL = ("buckets", "units", "gather_bytes")
+OPTIONAL = ("buckets", "units", "gather_bytes", "gathers")
 
 
 def calibration_inputs(
@@ -71,6 +71,7 @@ def calibration_inputs(
     it). A setting without a measured exposed communication (DP excepted) does not calibrate.
     `parts`: cell_parts(cells, epochs) where the caller made them already."""
     settings = settings.assign(
+        **setting_state(settings, split),
         memory_mb=setting_memory(settings, split),
         outside_mb=outside_tracker(settings, split),
         held_mb=held_memory(settings, split),
@@ -118,7 +119,11 @@ class Calibration:
         self.step_time = StepTime.fit(self.single, self.single.values(), overlapped)
         self.fits = fits
         priced = multi[multi["scheme"].isin(MESSAGES)]
+        # each layout's own settings (modes.ModeFacts.layout): ZeRO's counted messages are not DDP's
+        # buckets; a layout none of whose settings ran reads the group's
         self.layout = layout_of(priced)
+        families = priced["scheme"].map(layout_family) if len(priced) else pd.Series(dtype=object)
+        self.layouts = {family: layout_of(rows) for family, rows in priced.groupby(families)}
         # memory_mb: the settings' step peak (dpstudy.analysis.memory_forecast), NaN where not measured
         self.memory = MemoryLine(
             list(zip(single["global_batch"].astype(float), single["memory_mb"], strict=True)),
@@ -126,6 +131,7 @@ class Calibration:
                 (s, b / n, n, mb)
                 for s, b, n, mb in zip(priced["scheme"], priced["global_batch"], priced["devices"], priced["memory_mb"])
             ],
+            state_of(single),
         )
         # the allocator's peak beyond the tracker's (CUDA): added unsharded to every memory forecast
         outside = pd.concat([frame.get("outside_mb", pd.Series(dtype=float)) for frame in (single, priced)]).dropna()
@@ -161,7 +167,8 @@ class Calibration:
 
     def comm(self, scheme: str, backend: str, device: str, n: int) -> tuple[float, bool]:
         """(seconds of the scheme's collectives per step at n ranks, whether any extrapolated)."""
-        return comm_time(self.fits, scheme, self.layout, backend, device, n)
+        layout = self.layouts.get(layout_family(scheme), self.layout)
+        return comm_time(self.fits, scheme, layout, backend, device, n)
 
     def step_at(self, scheme: str, backend: str, device: str, n: int, b: float, cal: dict, share: float):
         """The model's step (step_model.Step) of `scheme` at n ranks and per-device batch b from
@@ -224,6 +231,18 @@ class Calibration:
             "basis": "; ".join(basis),
             "distance": distance,
         }
+
+
+def state_of(single: pd.DataFrame) -> dict[str, float]:
+    """The single-device settings' model state parts, medians (MemoryLine's `state`)."""
+    columns = [f"{part}_mb" for part in modes.STATE]
+    if single.empty or not set(columns) <= set(single):
+        return {}
+    return {c.removesuffix("_mb"): float(single[c].median()) for c in columns}
+
+
+def layout_family(scheme: str) -> str:
+    return modes.of_scheme(scheme)[0].layout
 
 
 def label(scheme: str) -> str:

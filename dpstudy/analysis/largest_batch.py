@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from dpstudy.analysis import memory_forecast, stats
-from dpstudy.analysis.calibration import Calibration, calibration_inputs, group_of, interval
+from dpstudy.analysis.calibration import Calibration, calibration_inputs, group_of, interval, state_of
 from dpstudy.analysis.capacity import measured
 from dpstudy.analysis.forecast_table import held_out_rows, model_sigma, sigmas
 from dpstudy.analysis.keys import FORECAST_GROUP, GROUP_KEYS, STRATEGY_KEYS
@@ -126,6 +126,7 @@ def model_line(single: pd.DataFrame, multi: pd.DataFrame, scheme: str, n: int) -
             (s, b / k, k, mb)
             for s, b, k, mb in zip(multi["scheme"], multi["global_batch"], multi["devices"], multi["memory_mb"])
         ],
+        state_of(single),
     )
     if not memory.known:
         return None, "fewer than two per-device batches of its own, and no memory measured in its forecast group"

@@ -47,6 +47,17 @@ def outside_tracker(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Se
     return _per_setting(settings, gap)
 
 
+def setting_state(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.DataFrame:
+    """Per setting: the medians over its finished cells of the fullest device's model state parts
+    (params_mb, grads_mb, optimizer_mb: dpstudy.engine.memory's split), NaN where none measured."""
+    columns = [f"{part}_mb" for part in modes.STATE]
+    if split is None or split.empty or not set(columns) <= set(split):
+        return pd.DataFrame(math.nan, index=settings.index, columns=columns)
+    measured = split.dropna(subset=["peak_mb"])
+    fullest = measured.loc[measured.groupby("cell")["peak_mb"].idxmax()].set_index("cell")
+    return pd.DataFrame({c: _per_setting(settings, fullest[c]) for c in columns}, index=settings.index)
+
+
 def held_memory(settings: pd.DataFrame, split: pd.DataFrame | None) -> pd.Series:
     """Per setting: what its fullest device held at the step, the allocator's peak on CUDA (the
     tracker's plus outside_tracker), the tracker's elsewhere: what a forecast of it is checked on."""
@@ -64,9 +75,17 @@ def sharded(scheme: str) -> bool:
 
 class MemoryLine:
     """peak(b) of one forecast group's ranks, calibrated on single-device (batch, MB) pairs and the
-    multi-device settings' (scheme, per-device batch, ranks, MB)."""
+    multi-device settings' (scheme, per-device batch, ranks, MB); `state` the single-device model
+    state's parts (params, grads, optimizer: MB), by which a scheme that shards some of them and
+    not others (ZeRO-1, ZeRO-2) divides only those."""
 
-    def __init__(self, single: list[tuple[float, float]], multi: list[tuple[str, float, int, float]]):
+    def __init__(
+        self,
+        single: list[tuple[float, float]],
+        multi: list[tuple[str, float, int, float]],
+        state: dict[str, float] | None = None,
+    ):
+        self.state = {k: v for k, v in (state or {}).items() if np.isfinite(v)}
         single = [(b, mb) for b, mb in single if np.isfinite(mb)]
         multi = [(s, b, n, mb) for s, b, n, mb in multi if np.isfinite(mb)]
         ddp = [(b, mb) for s, b, _, mb in multi if not sharded(s)]  # replicas: one device's state
@@ -87,7 +106,11 @@ class MemoryLine:
             self.basis = "no measured memory"
 
     def base(self, b: float, n: int, scheme: str) -> float:
-        return self.fixed / (n if sharded(scheme) else 1) + self.per_sample * b
+        made = modes.of_scheme(scheme)[1]
+        if set(made.sharded) == set(modes.STATE) or not made.sharded or len(self.state) < len(modes.STATE):
+            return self.fixed / (n if sharded(scheme) else 1) + self.per_sample * b
+        kept = sum(mb * modes.state_share(made, part, n) for part, mb in self.state.items())
+        return self.fixed - sum(self.state.values()) + kept + self.per_sample * b
 
     def at(self, b: float, n: int, scheme: str) -> float:
         """MB on the fullest device of a rank of `scheme` over n ranks at per-device batch b (NaN:

@@ -113,7 +113,7 @@ def layout_of(multi: pd.DataFrame) -> dict[str, float]:
     units, gather_bytes. A probe that did not record a count (older records) counts one message."""
     multi = multi[multi["grad_bytes"].notna()] if "grad_bytes" in multi else multi.iloc[0:0]
     if multi.empty:
-        return {"grad_bytes": math.nan, "buckets": 1, "units": 1, "gather_bytes": math.nan}
+        return {"grad_bytes": math.nan, "buckets": 1, "units": 1, "gathers": 1, "gather_bytes": math.nan}
     grad = float(multi["grad_bytes"].median())
     share = multi["precision"].map(GATHER_SHARE).fillna(1.0) if "precision" in multi else 1.0
     gather = multi.get("gather_bytes", pd.Series(math.nan, index=multi.index)).fillna(multi["grad_bytes"] * share)
@@ -122,7 +122,8 @@ def layout_of(multi: pd.DataFrame) -> dict[str, float]:
         values = multi[column].dropna() if column in multi else pd.Series(dtype=float)
         return int(values.median()) if len(values) else 1
 
-    return {"grad_bytes": grad, "buckets": count("buckets"), "units": count("units"), "gather_bytes": gather.median()}
+    counts = {name: count(name) for name in ("buckets", "units", "gathers")}
+    return {"grad_bytes": grad, **counts, "gather_bytes": gather.median()}
 
 
 def calibrate(t1s: list[float], remainders: list[float], overlaps: list[float]) -> dict:

@@ -123,7 +123,9 @@ def host_step(step) -> tuple[object, dict[str, float | None]]:
     """Run `step()` with this process's peak resident memory reset before it (a CPU cell): its
     result, and how much the resident memory grew over it (record.fields.HOST_PARTS)."""
     reset = reset_rss_peak()
-    before = rss_kib("VmRSS")
+    # the peak's own counter right after the reset: the kernel batches a thread's resident-page
+    # counts, so VmRSS read now can run a few pages ahead of what the peak grows from (-0.125 MB seen)
+    before = rss_kib("VmHWM")
     result = step()
     peak = rss_kib("VmHWM")
     growth = (peak - before) / 1024 if reset and peak is not None and before is not None else None
@@ -137,7 +139,10 @@ def measure(trainer) -> dict[str, list[float]]:
     "peak_mb": [...]}, one value per device (DP: each of its GPUs); on CUDA also the
     ALLOCATOR_PARTS of the same step, on a CPU its HOST_PARTS."""
     mode = trainer.mode
-    x, y = next(iter(trainer.train_data))
+    # a batch of its own: a `device` loader's batch is a view into a larger chunk of converted
+    # images, whose whole storage the tracker would count once an op makes a view of the batch
+    # (ZeRO-3's hooks do), as the step's; the fake step of the plan has no such chunk either
+    x, y = (t.clone() for t in next(iter(trainer.train_data)))
     trainer.model.train()
     cuda = mode.devices()
     loaders = (trainer.train_data, trainer.test_data)

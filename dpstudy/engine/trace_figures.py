@@ -126,9 +126,9 @@ def nbytes(event: dict) -> float:
         size = DTYPE_BYTES.get(str(args.get("dtype", "")).lower())
         return float(args["In msg nelems"]) * size if size else math.nan
     dims, types = args.get("Input Dims") or [], args.get("Input type") or []
-    if not dims or not types or not dims[0]:
+    if not dims or not types or dims[0] is None:
         return math.nan
-    size = DTYPE_BYTES.get(str(types[0]).lower())
+    size = DTYPE_BYTES.get(str(types[0]).lower())  # dims [] is a scalar: one element
     return float(math.prod(dims[0])) * size if size else math.nan
 
 

@@ -80,6 +80,10 @@ class ModeFacts:
     no_compile: str = ""  # why it refuses compile: true
     casts_module: bool = False  # its module in the compute dtype (bf16, fp16), an fp32 master beside
     cuda_backends: tuple[str, ...] = PROCESS_GROUP_BACKENDS  # the backends it runs with on GPUs
+    # whose probe fields (grad_bytes, buckets, ...) mean what its own do: a forecast of one of its
+    # schemes reads the message layout of those modes' settings (DDP's and FSDP's are one: an FSDP
+    # setting is forecast from DDP's cells); ZeRO counts its own
+    layout: str = "torch"
     knob_defaults: dict = field(default_factory=dict)  # what a null knob means, for the memory plan
     by_shard: dict[str, Scheme] = field(init=False, repr=False, compare=False)
 

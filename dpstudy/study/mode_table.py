@@ -185,6 +185,7 @@ TABLE: dict[str, ModeFacts] = {
             no_compile="DeepSpeed compiles through its own engine, which dpstudy does not drive",
             casts_module=True,
             cuda_backends=("nccl",),  # DeepSpeed's CUDA accelerator communicates over NCCL
+            layout="deepspeed",
             knob_defaults={
                 "reduce_bucket_size": 500_000_000,
                 "stage3_param_persistence_threshold": 100_000,

@@ -140,6 +140,9 @@ def test_interval_arithmetic():
     assert tf.collective_of("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "reduce_scatter"
     assert tf.collective_of("gloo:all_gather") == "all_gather" and tf.collective_of("aten::mm") is None
     assert math.isnan(tf.nbytes(op("gloo:broadcast", 0, 1, **{"Input Dims": [[4]], "Input type": ["quint8"]})))
+    # a scalar (ZeRO's all-reduce of the gradients' norm) is one element, not unknown
+    assert tf.nbytes(op("gloo:all_reduce", 0, 1, **{"Input Dims": [[]], "Input type": ["double"]})) == 8
+    assert math.isnan(tf.nbytes(op("gloo:all_reduce", 0, 1, **{"Input Dims": [], "Input type": ["double"]})))
 
 
 def test_a_trace_without_a_step_names_what_is_missing():
