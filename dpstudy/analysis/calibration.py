@@ -202,6 +202,12 @@ class Calibration:
             cal, how_n = self.calibrated[nearest], nearest[2]
         made, comm_extrapolated = self.step_at(scheme, backend, device, n, b, cal, share)
         step_s = made.total_s
+        if not step_s > 0:  # a host share under 1 carried far: the measurements it rests on disagree
+            raise LookupError(
+                f"the model's step at n={n} is {step_s * 1e3:.2f} ms (host share {share:.2f}, fixed cost "
+                f"{cal['fixed_s'] * 1e3:.2f} ms from {cal['settings']} setting(s)): its measurements disagree "
+                "beyond what it can forecast from"
+            )
         outside_b = not (self.batches[0] <= b <= self.batches[-1])
         basis = [
             f"{len(self.single)} single-device batch(es)",

@@ -123,12 +123,12 @@ def host_step(step) -> tuple[object, dict[str, float | None]]:
     """Run `step()` with this process's peak resident memory reset before it (a CPU cell): its
     result, and how much the resident memory grew over it (record.fields.HOST_PARTS)."""
     reset = reset_rss_peak()
-    # the peak's own counter right after the reset: the kernel batches a thread's resident-page
-    # counts, so VmRSS read now can run a few pages ahead of what the peak grows from (-0.125 MB seen)
-    before = rss_kib("VmHWM")
+    before = rss_kib("VmHWM")  # the peak's own counter, right after its reset
     result = step()
     peak = rss_kib("VmHWM")
-    growth = (peak - before) / 1024 if reset and peak is not None and before is not None else None
+    # the kernel counts a thread's resident pages in batches of 64 and raises the peak lazily, so a
+    # step that grows the process by less than that can read a little below 0 (-0.15 MB seen): none
+    growth = max(0.0, peak - before) / 1024 if reset and peak is not None and before is not None else None
     return result, {"rss_growth_mb": growth}
 
 

@@ -99,6 +99,7 @@ def build_trainer(spec: dict, tokens):
     from dpstudy.models.tasks import cell_task
 
     mode = mode_for(spec)
+    mode.start()  # a process-group mode's group of one (the zero item's); nothing for one device
     task = cell_task(spec)
     loader = make_token_loader(
         "device",

@@ -1,4 +1,4 @@
-"""The ten checks of `make gpu-check`, in order: the single source of their names, titles, the
+"""The eleven checks of `make gpu-check`, in order: the single source of their names, titles, the
 function that runs each, and every figure each reports with its target (dpstudy.gpucheck.figures:
 how figures read and are judged).
 
@@ -246,6 +246,32 @@ ITEMS: tuple[Item, ...] = (
             Figure("all_reduce_mb", "all-reduced MB per step (the tensors the rank handed Gloo)", "mb"),
         ),
         timeout_s=600,
+    ),
+    Item(
+        "zero",
+        "DeepSpeed ZeRO-2 and ZeRO-3 beside FSDP full: the lm item's GPT-2 small on one GPU over NCCL, eager, "
+        "bf16: tokens/s, MFU, the memory plan vs the allocator",
+        "dpstudy.gpucheck.zero:run_zero",
+        (
+            *(
+                figure
+                for name, label in (("fsdp", "FSDP full"), ("zero2", "ZeRO-2"), ("zero3", "ZeRO-3"))
+                for figure in (
+                    Figure(f"{name}_tokens_per_s", f"{label}: training tokens/s (steady epochs)", "tokens_per_s"),
+                    Figure(f"{name}_mfu", f"{label}: MFU (dense BF16 peak)", "share"),
+                    Figure(f"{name}_allocated_mb", f"{label}: max_memory_allocated of one step", "mb"),
+                    Figure(
+                        f"{name}_memory_error",
+                        f"{label}: memory plan vs max_memory_allocated, absolute error",
+                        "share",
+                        Target("<=", 0.15),
+                    ),
+                )
+            ),
+            Figure("zero2_vs_fsdp", "ZeRO-2's tokens/s over FSDP full's", "ratio"),
+            Figure("zero3_vs_fsdp", "ZeRO-3's tokens/s over FSDP full's", "ratio"),
+        ),
+        timeout_s=900,
     ),
 )
 

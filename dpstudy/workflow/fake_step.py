@@ -67,7 +67,7 @@ def tracked_fake_step(spec: dict, task: Task, batch: int) -> tuple[dict, tuple[i
         options=cls.options_of(spec) if sharded else {},
         checkpointing=checkpointing.how_of(spec),
     )
-    with fake_process_group(world if sharded else 1):
+    with fake_process_group(world) if sharded else contextlib.nullcontext():
         if sharded:
             mode.device_mesh()  # outside FakeTensorMode, which cannot make one
         # built on the meta device, where initialisers do nothing: some (trunc_normal_'s rejection
@@ -100,10 +100,8 @@ def tracked_fake_step(spec: dict, task: Task, batch: int) -> tuple[dict, tuple[i
 
 @contextlib.contextmanager
 def fake_process_group(world: int):
-    """A process group of `world` ranks, this one rank 0, whose collectives do nothing."""
-    if world == 1:
-        yield
-        return
+    """A process group of `world` ranks, this one rank 0, whose collectives do nothing (one rank
+    too: FSDP's device mesh needs a group)."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 

@@ -103,10 +103,9 @@ class Mode:
         scaler.update()
 
     def tracker(self, model: nn.Module, optimizer: torch.optim.Optimizer):
-        """PyTorch's memory tracker following this mode's model and optimizer (dpstudy.engine.memory)."""
-        from dpstudy.engine.memory import tracker_for
-
-        return tracker_for(model, optimizer)
+        """A memory tracker of the mode's own, following its model and optimizer; None: PyTorch's
+        that knows the model's parallelism (dpstudy.engine.memory.tracker_for)."""
+        return None
 
     def autocast(self, amp_dtype: torch.dtype | None):
         """bf16/fp16 through autocast; FSDP casts through its mixed-precision policy instead."""

@@ -28,7 +28,10 @@ class ProcessGroupMode(Mode):
         timeout = os.environ.get("DPSTUDY_COLLECTIVE_TIMEOUT_S")  # the study's, from the launcher
         if timeout:
             kwargs["timeout"] = timedelta(seconds=float(timeout))
-        dist.init_process_group(self.backend, rank=self.rank, world_size=self.world_size, **kwargs)
+        # a process that trains strategies one after another on one group (gpu-check's zero item:
+        # DeepSpeed keeps the groups it made of the first) starts it once
+        if not dist.is_initialized():
+            dist.init_process_group(self.backend, rank=self.rank, world_size=self.world_size, **kwargs)
         self.initialized = True
 
     def close(self) -> None:

@@ -445,3 +445,15 @@ def test_on_cuda_a_forecast_group_bends_its_single_device_step_at_the_hosts_laun
     assert on_cuda.t1(512) == pytest.approx(math.hypot(0.004, 1e-5 * 512))
     assert on_cpu.t1(512) == pytest.approx(on_cpu.t1(128) + (on_cpu.t1(1024) - on_cpu.t1(128)) * 384 / 896)
     assert on_cuda.t1(128) == on_cpu.t1(128)  # a measured batch is its measurement
+
+
+def test_a_host_share_that_extrapolates_below_zero_is_no_forecast():
+    # DDP on 2 ranks measured far faster than one device allows (a loaded machine's noise): the
+    # calibrated host share is under 1, and carried to 8 ranks the model's step would be negative
+    fast = {b: 8 * b / ddp_step(b) for b in (64, 128, 256, 512)}
+    single, multi = calibration.calibration_inputs(*tables(records(fast)))
+    model = calibration.Calibration(single, multi, FITS)
+    assert model.calibrated[("ddp", "gloo", 2)]["share"] < 1 - 1 / 7
+    assert model.forecast("ddp", "gloo", "cpu", 2, 256)["predicted_samples_per_s"] > 0
+    with pytest.raises(LookupError, match=r"the model's step at n=8 is -[\d.]+ ms \(host share -[\d.]+"):
+        model.forecast("ddp", "gloo", "cpu", 8, 256)

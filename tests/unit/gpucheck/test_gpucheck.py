@@ -112,12 +112,12 @@ def test_summary_has_every_figure_with_its_target_and_the_missed_one_fails(recor
         "the same, largest absolute error: ≤ 25 %; settings forecast and checked: ≥ 1",
         "not run",
     ]
-    # lm and trace are in no recorded set: they read "not run" here (test_gpucheck_lm.py and
-    # test_gpucheck_trace.py make their figures)
-    assert rows[("lm", registry.BY_NAME["lm"].title)][2] == "not run"
-    assert rows[("trace", registry.BY_NAME["trace"].title)][2] == "not run"
+    # lm, trace and zero are in no recorded set: they read "not run" here (test_gpucheck_lm.py,
+    # test_gpucheck_trace.py and test_gpucheck_zero.py make their figures)
+    for name in ("lm", "trace", "zero"):
+        assert rows[(name, registry.BY_NAME[name].title)][2] == "not run", name
     for item in registry.ITEMS:
-        if item.name in ("scaling", "lm", "trace"):
+        if item.name in ("scaling", "lm", "trace", "zero"):
             continue
         for figure in item.figures:
             measured, target, verdict = rows[(item.name, figure.label)]
@@ -153,8 +153,8 @@ def test_summary_has_every_figure_with_its_target_and_the_missed_one_fails(recor
 
 def test_all_passing_inputs_give_exit_status_0(recorded):
     path, verdicts = summary.write(recorded("h100-all-pass"))
-    # one GPU: scaling does not apply; lm and trace are in no recorded set
-    expected = {"lm": "not run", "scaling": "not run", "trace": "not run"}
+    # one GPU: scaling does not apply; lm, trace and zero are in no recorded set
+    expected = {"lm": "not run", "scaling": "not run", "trace": "not run", "zero": "not run"}
     assert {v.name: v.verdict for v in verdicts if v.verdict != "PASS"} == expected
     assert summary.exit_status(verdicts) == 0
     assert "**Result: PASS**" in path.read_text()
@@ -164,8 +164,8 @@ def test_an_item_without_a_raw_file_reads_not_run(recorded):
     out = recorded("h100-all-pass")
     (out / "raw" / "resnet.json").unlink()
     path, verdicts = summary.write(out)
-    # resnet's raw file removed; lm, scaling (one GPU) and trace have none in the recorded set
-    assert [v.verdict for v in verdicts] == [*["PASS"] * 3, "not run", "not run", *["PASS"] * 3, *["not run"] * 2]
+    # resnet's raw file removed; lm, scaling (one GPU), trace and zero have none in the recorded set
+    assert [v.verdict for v in verdicts] == [*["PASS"] * 3, "not run", "not run", *["PASS"] * 3, *["not run"] * 3]
     assert summary.exit_status(verdicts) == 0
     (row,) = [r for (item, _), r in _rows(path.read_text()).items() if item == "resnet"]
     assert row[0] == "not run" and row[2] == "not run" and "≥ 40,000 img/s" in row[1]
@@ -195,9 +195,9 @@ def test_summary_is_a_pure_function_of_the_raw_files(recorded):
 # ---- (c) the registry ---------------------------------------------------------------------------
 
 
-def test_the_items_are_exactly_the_nine_in_order():
+def test_the_items_are_exactly_the_eleven_in_order():
     assert registry.NAMES == (
-        "tests", "study", "loader", "resnet", "lm", "grayscale", "comm", "forecast", "scaling", "trace"
+        "tests", "study", "loader", "resnet", "lm", "grayscale", "comm", "forecast", "scaling", "trace", "zero"
     )  # fmt: skip
     assert [
         f.target.describe(f.fmt) for i in registry.ITEMS for f in i.figures if f.target and f.target.op != "true"
@@ -220,6 +220,9 @@ def test_the_items_are_exactly_the_nine_in_order():
         "≤ 10 %",
         "≤ 25 %",
         "≥ 1",
+        "≤ 15 %",
+        "≤ 15 %",
+        "≤ 15 %",
     ]
     for item in registry.ITEMS:  # every function exists (imported, not run)
         module, function = item.function.split(":")

@@ -1,0 +1,66 @@
+"""gpu-check's `zero` item (dpstudy.gpucheck.zero) without a GPU: its figures from made-up
+measurements, and the whole measurement on the CPU at a tiny size, FSDP and ZeRO-2 and 3 each on a
+process group of one Gloo rank, one after another in one process, as the item runs them on a GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpstudy.gpucheck import registry, summary, zero, zero_figures
+
+ITEM = registry.BY_NAME["zero"]
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def row(tokens_per_s: float, predicted: float, allocated: float) -> dict:
+    return {
+        "throughput": {"tokens_per_s": tokens_per_s},
+        "predicted": {"allocated_mb": predicted},
+        "measured": {"allocated_mb": allocated},
+        "errors": [],
+    }
+
+
+def test_figures_compare_each_strategy_with_fsdp_and_its_plan_with_the_allocator():
+    made = {
+        "device_name": H100,
+        "params": 124_000_000,
+        "flops_per_token": 854e6,
+        "fsdp": row(400_000.0, 20_000.0, 20_500.0),
+        "zero2": row(380_000.0, 23_000.0, 22_000.0),
+        "zero3": {"errors": ["throughput: OutOfMemoryError: CUDA out of memory"], "predicted": {"allocated_mb": 1.0}},
+    }
+    result = zero_figures.zero_result(made, zero.zero_spec("deepspeed", "zero3", device="cpu"))
+    figures = result["figures"]
+    assert figures["zero2_vs_fsdp"] == pytest.approx(0.95) and "zero3_vs_fsdp" not in figures
+    assert figures["fsdp_memory_error"] == pytest.approx(500 / 20_500)
+    assert figures["zero2_memory_error"] == pytest.approx(1_000 / 22_000)
+    assert figures["fsdp_mfu"] == pytest.approx(400_000 * 854e6 / 989.5e12, rel=1e-3)  # the H100's dense BF16 peak
+    assert result["details"]["zero3_tokens_per_s"] == "not measured: throughput: OutOfMemoryError: CUDA out of memory"
+    # ZeRO-3 has no figures, so its plan target is missed: the item fails, naming why
+    verdict = summary.evaluate(ITEM, {"status": "ok", **json.loads(json.dumps(result))})
+    assert verdict.verdict == "FAIL"
+
+
+@pytest.mark.slow
+def test_the_item_measures_on_the_cpu_at_a_tiny_size(monkeypatch):
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    settings = {"model_args": {"size": "tiny"}, "seq_len": 32, "batch": 4, "warmup_steps": 2, "precision": "fp32"}
+    settings |= {"reduce_bucket_size": 100_000}
+    made = zero.measure("cpu", min_steady_s=0.0, **settings)
+    for name in zero_figures.SCHEMES:
+        assert made[name]["errors"] == [], (name, made[name]["errors"])
+        tp = made[name]["throughput"]
+        assert tp["steady_steps"] == 2 and tp["tokens_per_s"] > 0 and tp["loss_finite"], (name, tp)
+        # one rank: nothing sharded, but ZeRO's fp32 master beside the optimizer's state; on a CPU
+        # the plan's step against the tracker's (no allocator)
+        predicted, measured = made[name]["predicted"], made[name]["measured"]
+        assert predicted["peak_mb"] == pytest.approx(measured["peak_mb"], rel=0.15), (name, predicted, measured)
+    fsdp, zero2 = made["fsdp"]["measured"], made["zero2"]["measured"]
+    assert zero2["optimizer_mb"] == pytest.approx(fsdp["optimizer_mb"] * 1.5, rel=0.02)  # Adam's + the master
+    result = zero_figures.zero_result(made, zero.zero_spec("deepspeed", "zero3", device="cpu", **settings))
+    assert {"fsdp_tokens_per_s", "zero2_vs_fsdp", "zero3_vs_fsdp"} <= set(result["figures"])
+    assert result["figures"]["zero3_mfu"] is None  # no peak for a CPU
