@@ -40,12 +40,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    target: str  # "module:Class": an image model's class takes (channels, size, classes), a text
-    # model's (vocab_size, seq_len, **model_args)
+    target: str  # "module:Class": an image model's class takes (channels, size, classes, **model_args),
+    # a text model's (vocab_size, seq_len, **model_args)
     source: str  # which source report (or issue) it reproduces
     needs_ext: bool = False  # uses the project's C++/CUDA extension
     task: str = IMAGE  # the task kind it is for (dpstudy.data.task)
     args: tuple[str, ...] = ()  # the model_args it accepts
+    positive: tuple[str, ...] = ()  # of them, those that must be positive integers (checked before any job)
 
 
 MODELS: dict[str, ModelInfo] = {
@@ -55,7 +56,7 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("lenet_ext", "dpstudy.models.lenet_ext:LeNetExt", "002 task 3", needs_ext=True),
         ModelInfo("vgg_bn", "dpstudy.models.vgg:VGGBN", "000 exp 2"),
         ModelInfo("vgg19", "dpstudy.models.vgg:VGG19", "001"),
-        ModelInfo("resnet18", "dpstudy.models.resnet:ResNet18", "003"),
+        ModelInfo("resnet18", "dpstudy.models.resnet:ResNet18", "003", args=("width",), positive=("width",)),
         ModelInfo("simplecnn", "dpstudy.models.simplecnn:SimpleCNN", "004 Q2"),
         ModelInfo("vit", "dpstudy.models.vit:ViT", "issue 16"),
         ModelInfo("gpt", "dpstudy.models.gpt:GPT", "issue 50", task=TEXT, args=gpt_config.ARGS),
@@ -181,6 +182,10 @@ def check_args(name: str, args: dict[str, Any] | None, where: str = "") -> None:
             f"{where}model {name!r} takes no model_args {', '.join(map(repr, unknown))}: "
             f"it accepts {', '.join(accepted) or 'none'}"
         )
+    for key in MODELS[name].positive:
+        value = (args or {}).get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{where}model {name!r}: model_args {key} {value!r} is not a positive integer")
 
 
 def build(name: str, task: Task, args: dict[str, Any] | None = None, code_path: str | Path | None = None) -> nn.Module:
@@ -194,7 +199,7 @@ def build(name: str, task: Task, args: dict[str, Any] | None = None, code_path: 
         check_args(name, args)
         if task.is_text:
             return model_class(name)(task.vocab_size, task.seq_len, **(args or {}))
-        return model_class(name)(task.channels, task.size, task.classes)
+        return model_class(name)(task.channels, task.size, task.classes, **(args or {}))
     from dpstudy.models import external
 
     return external.build(kind(name), name, task, args or {}, code_path)

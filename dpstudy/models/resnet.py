@@ -1,4 +1,7 @@
-"""ResNet-18 for small images, as in source 003 (d2l): 3x3 stem, no max-pool."""
+"""ResNet-18 for small images, as in source 003 (d2l): 3x3 stem, no max-pool. `width` (model_args)
+is the first stage's channels, 64 as in ResNet-18; the stages double it. A narrower one keeps the
+structure (the blocks FSDP and ZeRO-3 shard, the layers, BatchNorm) at a fraction of the FLOPs: a
+CPU's stand-in (config/studies/fsdp_vs_deepspeed.yaml)."""
 
 from __future__ import annotations
 
@@ -25,15 +28,17 @@ class Residual(nn.Module):
 
 
 class ResNet18(nn.Module):
-    def __init__(self, channels: int, size: int, classes: int = 10):
+    def __init__(self, channels: int, size: int, classes: int = 10, width: int = 64):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(channels, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
-        stages, c_in = [], 64
-        for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        self.stem = nn.Sequential(
+            nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()
+        )
+        stages, c_in = [], width
+        for c_out, stride in ((width, 1), (2 * width, 2), (4 * width, 2), (8 * width, 2)):
             stages += [Residual(c_in, c_out, stride), Residual(c_out, c_out, 1)]
             c_in = c_out
         self.stages = nn.Sequential(*stages)
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8 * width, classes))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -41,3 +41,18 @@ def test_stats_count_parameters_and_flops():
 def test_unknown_model_is_an_error():
     with pytest.raises(ConfigError, match=r"model 'gpt9' is not one of \['gpt', 'lenet', "):
         build("gpt9", Task.image(1, 28, 10))
+
+
+def test_resnet18s_width_scales_every_stage_and_is_checked_before_any_job():
+    from dpstudy.models import check_args
+
+    full, narrow = cost("resnet18", Task.image(3, 32, 10)), cost("resnet18", Task.image(3, 32, 10), {"width": 8})
+    model = build("resnet18", Task.image(3, 32, 10), {"width": 8})
+    assert [m.out_channels for m in model.modules() if isinstance(m, torch.nn.Conv2d)][:1] == [8]
+    assert model.head[-1].in_features == 64  # the last stage: 8 times the first
+    # convolutions' FLOPs go with the square of the width: 64 times fewer at 1/8 of it
+    assert 50 < full["train_flops_per_sample"] / narrow["train_flops_per_sample"] < 70
+    assert build("resnet18", Task.image(3, 32, 10)).head[-1].in_features == 512  # ResNet-18's own
+    for bad in (0, 2.5, True, "8"):
+        with pytest.raises(ConfigError, match=rf"model 'resnet18': model_args width {bad!r} is not a positive integer"):
+            check_args("resnet18", {"width": bad})
